@@ -1,0 +1,120 @@
+// stratsim: the command-line front end. Subcommands: plan, zoo.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "stratsim/core/errors.hpp"
+#include "stratsim/core/model_io.hpp"
+#include "stratsim/core/plan.hpp"
+#include "stratsim/core/planner.hpp"
+#include "stratsim/core/report.hpp"
+
+namespace {
+
+using namespace stratsim::core;
+
+// Writes `text` to `path` all at once: a temporary file renamed into place, so a failure never
+// leaves a partial output behind.
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary);
+    if (!out) throw InputError(fmt::format("{}: cannot write file", path));
+    out << text;
+    if (!out.flush()) throw InputError(fmt::format("{}: cannot write file", path));
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) {
+    std::filesystem::remove(temporary, error);
+    throw InputError(fmt::format("{}: cannot write file", path));
+  }
+}
+
+struct PlanArgs {
+  std::string model = "zoo:Net";
+  std::string plan = "builtin:ddp";
+  int iterations = 0;
+  int rank = 0;
+  bool json = false;
+  std::string output;
+  std::string emit_program;
+};
+
+int run_plan(const PlanArgs& args) {
+  const Model model = load_model(args.model);
+  const Plan plan = load_plan(args.plan);
+  PlanOptions options;
+  options.rank = args.rank;
+  options.iterations = args.iterations;
+  const PlanResult result = plan_training(model, plan, options);
+  // Render everything before writing anything.
+  const std::string report = args.json ? json_report(model, plan, result).dump(2) + "\n" : text_report(model, plan, result);
+  const std::string program = args.emit_program.empty() ? "" : program_to_json(result.program).dump(1) + "\n";
+  if (!args.emit_program.empty()) write_atomically(args.emit_program, program);
+  if (args.output.empty()) std::cout << report;
+  else write_atomically(args.output, report);
+  return 0;
+}
+
+int run_zoo(const std::string& name) {
+  if (!name.empty()) {
+    std::cout << zoo_document(name.starts_with("zoo:") ? name : "zoo:" + name).dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "Built-in models (use as --model zoo:NAME or zoo:NAME:key=value,...):\n";
+  for (const ZooEntry& entry : zoo()) {
+    std::cout << fmt::format("  {:<24} {}\n", entry.name, entry.description);
+    if (!entry.parameters.empty()) std::cout << fmt::format("  {:<24}   options: {}\n", "", entry.parameters);
+  }
+  std::cout << "Built-in plans (use as --plan builtin:NAME):";
+  for (const std::string& plan : builtin_plan_names()) std::cout << " " << plan;
+  std::cout << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"stratsim: plan, simulate and run distributed training strategies"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "stratsim 0.1.0");
+
+  PlanArgs plan_args;
+  CLI::App* plan = app.add_subcommand("plan", "Turn a model and a parallelism plan into PyTorch's collectives and a per-rank program");
+  plan->add_option("--model", plan_args.model, "Model file (JSON/YAML) or zoo:NAME[:key=value,...]")->capture_default_str();
+  plan->add_option("--plan", plan_args.plan, "Plan file (JSON/YAML) or builtin:NAME")->capture_default_str();
+  plan->add_option("--iterations", plan_args.iterations, "Training micro-steps to plan (default: the plan's, else 3)")
+      ->check(CLI::Range(1, 1000));
+  plan->add_option("--rank", plan_args.rank, "Rank whose view to report")->check(CLI::NonNegativeNumber);
+  plan->add_flag("--json", plan_args.json, "Write the documented JSON report instead of text");
+  plan->add_option("-o,--output", plan_args.output, "Write the report to this file instead of standard output");
+  plan->add_option("--emit-program", plan_args.emit_program, "Write the program (JSON) to this file");
+
+  std::string zoo_name;
+  CLI::App* zoo_cmd = app.add_subcommand("zoo", "List built-in models, or print one as a model document");
+  zoo_cmd->add_option("name", zoo_name, "Model to print (zoo:NAME[:options])");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    const int code = app.exit(error);
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    if (plan->parsed()) return run_plan(plan_args);
+    if (zoo_cmd->parsed()) return run_zoo(zoo_name);
+  } catch (const InputError& error) {
+    std::cerr << "stratsim: error: " << error.what() << "\n";
+    return 2;
+  } catch (const PlanError& error) {
+    std::cerr << "stratsim: error: " << error.what() << "\n";
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,99 @@
+// The module tree: what a user's nn.Module looks like to the planner. Parameters carry PyTorch
+// FQNs in named_parameters() order; leaves know enough about themselves to cost their compute.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stratsim/core/dtype.hpp"
+
+namespace stratsim::core {
+
+// Leaf module types the planner can cost. Containers (Sequential and user modules) are `container`.
+enum class LeafKind {
+  container,
+  linear,
+  relu,
+  sigmoid,
+  silu,
+  gelu,
+  tanh,
+  dropout,
+  identity,
+  rms_norm,
+  layer_norm,
+  embedding,
+  attention,  // scaled-dot-product attention core (no parameters): softmax(QK^T)V
+};
+
+std::string_view leaf_kind_name(LeafKind kind);
+
+struct Parameter {
+  std::string fqn;   // "u1.seq.1.weight"; a root parameter is just "p"
+  std::string name;  // "weight"
+  int module = 0;    // owning module index
+  std::vector<std::int64_t> shape;
+  DType dtype = DType::float32;
+  bool requires_grad = true;
+
+  std::int64_t numel() const;
+  std::int64_t bytes() const { return numel() * dtype_size(dtype); }
+};
+
+// One step of a container's forward: run a child module, or multiply the running activation by one
+// of the container's own 2-D parameters (torch.mm(x, self.p), as CompositeParamModel does).
+struct ForwardStep {
+  enum class Kind { child, param_matmul };
+  Kind kind = Kind::child;
+  int index = 0;  // module index for `child`, parameter index for `param_matmul`
+};
+
+struct Module {
+  std::string name;  // attribute name in the parent ("fc1", "0"); empty for the root
+  std::string fqn;   // dotted path from the root; empty for the root
+  std::string type;  // PyTorch class name: "Linear", "Sequential", "UnitModule", ...
+  LeafKind leaf = LeafKind::container;
+  int parent = -1;
+  int depth = 0;
+  std::vector<int> children;  // registration order
+  std::vector<int> params;    // own parameters, registration order
+  std::vector<ForwardStep> forward;
+
+  // Leaf attributes (zero when not applicable).
+  std::int64_t in_features = 0;   // Linear
+  std::int64_t out_features = 0;  // Linear
+  bool bias = false;              // Linear
+  std::int64_t dim = 0;           // norms; optional feature width for element-wise leaves
+  std::int64_t num_embeddings = 0, embedding_dim = 0;
+  bool sparse = false;                                    // Embedding(sparse=True)
+  std::int64_t heads = 0, kv_heads = 0, head_dim = 0;     // attention
+  bool causal = false;                                    // attention
+  std::int64_t subtree_end = 0;  // one past the last module index of this subtree (pre-order)
+  bool checkpoint = false;  // the model's own forward wraps this module in checkpoint(...)
+  bool functional = false;  // a torch.* call in forward, not a registered submodule (no FQN of its own)
+};
+
+struct Model {
+  std::string name;
+  std::vector<Module> modules;     // pre-order (named_modules() order); modules[0] is the root
+  std::vector<Parameter> params;   // named_parameters() order: pre-order, own parameters first
+  std::int64_t input_features = 0; // width of the model input (last dim)
+  std::int64_t seq_len = 0;        // > 0 for sequence models: input is [batch, seq] (tokens) or [batch, seq, features]
+  bool token_input = false;        // the input is token ids (first leaf is an Embedding)
+
+  const Module& root() const { return modules.front(); }
+  int find_module(std::string_view fqn) const;  // -1 when absent
+  int find_param(std::string_view fqn) const;   // -1 when absent
+  bool in_subtree(int module, int ancestor) const {
+    return module >= ancestor && module < modules[ancestor].subtree_end;
+  }
+  std::int64_t subtree_numel(int module) const;
+  std::int64_t total_numel() const;
+};
+
+// Joins a prefix and a name the way named_modules() does ("" + "fc1" = "fc1").
+std::string join_fqn(std::string_view prefix, std::string_view name);
+
+}  // namespace stratsim::core

@@ -1,0 +1,123 @@
+// A parallelism plan: the PyTorch calls a training script makes, in order, plus the training-loop
+// settings (batch, optimizer, iterations, gradient accumulation).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "stratsim/core/dtype.hpp"
+#include "stratsim/core/mesh.hpp"
+#include "stratsim/core/placement.hpp"
+
+namespace stratsim::core {
+
+// Behaviour that changed between PyTorch releases (see README "PyTorch versions").
+struct TorchVersion {
+  int major = 2, minor = 4;
+  // PR #121640 (2.5+): an explicit bucket_cap_mb also caps the first rebuilt bucket.
+  bool explicit_cap_sets_first_bucket() const { return major > 2 || (major == 2 && minor >= 5); }
+  std::string str() const;
+};
+
+enum class CommHook { none, allreduce, fp16_compress, bf16_compress };
+
+struct ReplicateStep {
+  std::string module;
+  std::vector<std::string> mesh_dims;  // empty: the whole world
+  std::optional<double> bucket_cap_mb; // unset: PyTorch's default (25)
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+  bool static_graph = false;
+  bool broadcast_buffers = true;
+  bool init_sync = true;
+  CommHook comm_hook = CommHook::none;
+  std::vector<std::string> ignored_modules;
+};
+
+enum class ShardingStrategy { full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_zero2 };
+enum class BackwardPrefetch { backward_pre, backward_post, none };
+
+struct FullyShardStep {
+  std::string module;
+  std::vector<std::string> mesh_dims;  // 1 dim, or 2 (replicate, shard) for hybrid strategies
+  ShardingStrategy strategy = ShardingStrategy::full_shard;
+  std::vector<std::string> wrap_module_types;  // ModuleWrapPolicy
+  std::optional<std::int64_t> wrap_min_num_params;  // size_based_auto_wrap_policy
+  std::optional<DType> param_dtype, reduce_dtype, buffer_dtype;
+  bool cpu_offload = false;
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::backward_pre;
+  bool forward_prefetch = false;
+  bool use_orig_params = false;
+  bool sync_module_states = false;
+  bool limit_all_gathers = true;
+  std::vector<std::string> ignored_modules;
+};
+
+struct CheckpointStep {
+  std::string module;
+};
+
+enum class TPStyle { colwise, rowwise };
+struct TPModuleSpec {
+  TPStyle style = TPStyle::colwise;
+  std::optional<Placement> input_layout, output_layout;
+  bool use_local_output = true;
+};
+struct ParallelizeStep {
+  std::string module;  // parallelize_module's root
+  std::vector<std::string> mesh_dims;
+  std::vector<std::pair<std::string, TPModuleSpec>> plan;  // relative FQN pattern (fnmatch '*') -> style
+};
+struct DistributeModuleStep {
+  std::string module;
+  std::vector<std::string> mesh_dims;
+  std::optional<Placement> input_layout;  // from_local placement of the module input (input_fn)
+  bool output_to_local = true;
+};
+
+using PlanStepBody =
+    std::variant<ReplicateStep, FullyShardStep, CheckpointStep, ParallelizeStep, DistributeModuleStep>;
+
+struct PlanStep {
+  PlanStepBody body;
+  std::string where;  // "plan.json: steps[2] (replicate)"
+  int index = 0;
+};
+
+enum class OptimizerKind { sgd, adam, adamw };
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::sgd;
+  double lr = 0.01;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  bool amsgrad = false;
+};
+
+struct Plan {
+  std::string origin;  // file name or "builtin:NAME"
+  int world_size = 1;
+  DeviceMesh mesh;
+  std::int64_t batch_size = 1;  // per rank, per micro-step
+  std::int64_t seq_len = 0;     // sequence models; 0 = model default
+  bool input_requires_grad = false;
+  int iterations = 0;  // 0 = not set
+  int gradient_accumulation_steps = 1;  // no_sync for the first k-1 of every k micro-steps
+  OptimizerConfig optimizer;
+  TorchVersion torch_version;
+  std::optional<double> device_memory_gib;
+  std::vector<PlanStep> steps;
+};
+
+Plan load_plan(const std::string& spec);  // file, or "builtin:NAME"
+class JsonReader;
+Plan parse_plan(const JsonReader& doc);
+std::vector<std::string> builtin_plan_names();
+
+std::string_view strategy_name(ShardingStrategy strategy);
+std::string_view comm_hook_name(CommHook hook);
+
+}  // namespace stratsim::core

@@ -1,0 +1,107 @@
+// The strategy core: (model, mesh, plan) -> the collectives PyTorch issues and the program each
+// rank runs, with counts and memory.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stratsim/core/model.hpp"
+#include "stratsim/core/plan.hpp"
+#include "stratsim/core/program.hpp"
+
+namespace stratsim::core {
+
+struct PlanOptions {
+  int rank = 0;
+  int iterations = 0;  // 0: the plan's, else 3 (enough for DDP's rebuilt buckets to settle)
+};
+
+// One collective as seen from the planned rank.
+struct CollectiveRecord {
+  int iteration = 1;
+  int op_id = 0;  // ProgramOp id
+  std::string op;  // CommDebugMode key without "torch.ops."
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  std::string group;         // mesh dims of the group, "dp"
+  int group_id = 0;          // Program::groups index; PlanResult::group_ranks has the ranks
+  std::int64_t bytes = 0, input_bytes = 0, output_bytes = 0;
+  DType dtype = DType::float32;
+  Phase phase = Phase::forward;
+  std::string module;
+  std::string reason;
+  std::vector<std::string> params;
+};
+
+struct DdpBucket {
+  std::vector<std::string> params;  // in bucket order
+  std::vector<int> indices;         // DDP variable indices
+  std::int64_t bytes = 0;           // gradient bytes (param dtype)
+  std::int64_t size_limit = 0;
+};
+
+struct DdpReport {
+  std::string module;
+  std::string group;
+  int group_size = 1;
+  std::vector<std::string> params;     // DDP variable order (replicate's _param_names)
+  std::vector<DdpBucket> initial;      // construction-time buckets
+  std::vector<DdpBucket> rebuilt;      // after the first synced backward; empty if never rebuilt
+  int rebuilt_at_iteration = 0;        // forward that rebuilds (0 = never)
+  std::vector<DdpBucket> compiled;     // Inductor fused buckets (compiled DDP, python_reducer)
+};
+
+struct FsdpUnitReport {
+  std::string module;   // unit root FQN
+  std::string group;    // shard group dims
+  std::string replicate_group;  // HSDP inter group dims, "" otherwise
+  bool root = false;
+  std::vector<std::string> params;
+  std::int64_t numel = 0;          // N (with alignment padding)
+  std::int64_t shard_numel = 0;    // S = ceil(N / W)
+  std::int64_t padded_numel = 0;   // W * S
+  ShardingStrategy strategy = ShardingStrategy::full_shard;
+};
+
+struct MemoryReport {
+  std::int64_t parameters = 0;        // resident parameter storage (sharded where FSDP shards)
+  std::int64_t gradients = 0;         // resident gradients after backward
+  std::int64_t optimizer_state = 0;
+  std::int64_t ddp_bucket_buffers = 0;
+  std::int64_t activations = 0;       // peak saved activations (forward end)
+  std::int64_t unsharded_params_peak = 0;  // FSDP unsharded flat parameters alive at once, peak
+  std::int64_t peak = 0;              // peak of everything above over the step
+  std::string peak_at;                // op name where the peak occurs
+  std::optional<double> device_memory_bytes;
+  bool out_of_memory = false;
+};
+
+struct IterationRecord {
+  int index = 1;
+  bool sync = true;  // false under no_sync (gradient accumulation)
+  std::vector<CollectiveRecord> collectives;
+  double compute_flops = 0;
+};
+
+struct PlanResult {
+  int rank = 0;
+  std::vector<int> coordinate;
+  std::vector<IterationRecord> iterations;
+  Program program;
+  std::vector<std::vector<int>> group_ranks;  // per Program group: the planned rank's members
+  std::vector<DdpReport> ddp;
+  std::vector<FsdpUnitReport> fsdp;
+  MemoryReport memory;
+  std::vector<std::string> warnings;
+
+  // CommDebugMode-style counts of the last iteration.
+  std::map<std::string, int> counts() const;
+  std::map<std::string, std::map<std::string, int>> counts_by_phase() const;
+  std::map<std::string, std::map<std::string, int>> counts_by_module() const;
+};
+
+PlanResult plan_training(const Model& model, const Plan& plan, const PlanOptions& options = {});
+
+}  // namespace stratsim::core

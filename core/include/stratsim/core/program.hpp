@@ -1,0 +1,79 @@
+// The program: what one rank executes for a training run, as an ordered list of compute and
+// collective operations with streams and dependencies. It is the contract between the planner
+// and its consumers (the simulator, the real executor); README.md "Program format" documents
+// its JSON form.
+//
+// The program is SPMD: one op list serves every rank. Collectives name their group by mesh
+// dimensions; each rank resolves the concrete ranks from the mesh (DeviceMesh::group_ranks), so
+// a 16,384-rank plan stores one program, not 16,384.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "stratsim/core/dtype.hpp"
+#include "stratsim/core/mesh.hpp"
+
+namespace stratsim::core {
+
+enum class Phase { init, forward, backward, recompute, optimizer };
+enum class CollectiveKind { all_reduce, all_gather, reduce_scatter, broadcast, all_to_all };
+enum class OpType { compute, collective };
+
+std::string_view phase_name(Phase phase);
+std::string_view collective_kind_name(CollectiveKind kind);
+
+struct ProgramOp {
+  int id = 0;
+  int iteration = 1;  // 1-based training micro-step
+  OpType type = OpType::compute;
+  std::string name;    // "fc1.forward", "ddp.bucket0", "fsdp.all_gather u1"
+  std::string module;  // module FQN the op belongs to ("" = root)
+  Phase phase = Phase::forward;
+  int stream = 0;          // index into Program::streams; ops of one stream run in list order
+  std::vector<int> deps;   // ids of ops on other streams that must finish first
+
+  // compute
+  std::string op_class;  // gemm, elementwise, norm, embedding, attention, optimizer
+  double flops = 0;
+  std::int64_t bytes_accessed = 0;
+
+  // collective
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  std::string comm_key;  // CommDebugMode key: "c10d.allreduce_", "c10d_functional.all_gather_into_tensor"
+  int group = -1;        // index into Program::groups
+  std::int64_t bytes = 0;         // logical bytes (all-gather: output; reduce-scatter: input)
+  std::int64_t input_bytes = 0;   // per-rank send buffer
+  std::int64_t output_bytes = 0;  // per-rank receive buffer
+  DType dtype = DType::float32;
+  std::string reason;               // "ddp bucket 0", "fsdp unit u1 (pre-forward)", "tp mlp.net1 input"
+  std::vector<std::string> params;  // FQNs the collective carries (DDP bucket, FSDP unit)
+};
+
+struct ProgramGroup {
+  std::vector<int> mesh_dims;  // which mesh dimensions the group spans
+  std::string name;            // "dp", "tp", "dp+tp", "world"
+  int size = 1;
+};
+
+struct Program {
+  int world_size = 1;
+  DeviceMesh mesh;
+  std::vector<ProgramGroup> groups;
+  std::vector<std::string> streams;  // streams[0] is "compute"
+  std::vector<ProgramOp> ops;
+  int iterations = 0;
+
+  int stream_id(const std::string& name);        // adds the stream on first use
+  int group_id(const std::vector<int>& mesh_dims);  // adds the group on first use
+  ProgramOp& add(ProgramOp op);                   // assigns the id
+};
+
+nlohmann::json program_to_json(const Program& program);
+// Rebuilds a program from its JSON form (what consumers use); throws InputError on bad input.
+Program program_from_json(const nlohmann::json& document, const std::string& origin);
+
+}  // namespace stratsim::core

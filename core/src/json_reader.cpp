@@ -1,0 +1,209 @@
+#include "stratsim/core/json_reader.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "stratsim/core/errors.hpp"
+
+namespace stratsim::core {
+namespace {
+
+// YAML scalars carry no type; resolve them the way YAML 1.2's core schema does so that a plan
+// reads the same in YAML as in JSON.
+nlohmann::json yaml_scalar(const YAML::Node& node) {
+  const std::string& text = node.Scalar();
+  if (node.Tag() == "!") return text;  // quoted: always a string
+  if (text == "null" || text == "~" || text.empty()) return nullptr;
+  if (text == "true" || text == "True") return true;
+  if (text == "false" || text == "False") return false;
+  try {
+    std::size_t used = 0;
+    long long integer = std::stoll(text, &used, 10);
+    if (used == text.size()) return integer;
+  } catch (const std::exception&) {
+  }
+  try {
+    std::size_t used = 0;
+    double number = std::stod(text, &used);
+    if (used == text.size()) return number;
+  } catch (const std::exception&) {
+  }
+  return text;
+}
+
+nlohmann::json yaml_to_json(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined: return nullptr;
+    case YAML::NodeType::Scalar: return yaml_scalar(node);
+    case YAML::NodeType::Sequence: {
+      nlohmann::json array = nlohmann::json::array();
+      for (const auto& item : node) array.push_back(yaml_to_json(item));
+      return array;
+    }
+    case YAML::NodeType::Map: {
+      nlohmann::json object = nlohmann::json::object();
+      for (const auto& item : node) object[item.first.as<std::string>()] = yaml_to_json(item.second);
+      return object;
+    }
+  }
+  return nullptr;
+}
+
+// nlohmann reports a byte offset; users want a line and column.
+std::string line_column(const std::string& text, std::size_t offset) {
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return fmt::format("line {}, column {}", line, column);
+}
+
+bool looks_like_yaml(const std::string& path) {
+  return path.ends_with(".yaml") || path.ends_with(".yml");
+}
+
+std::string type_name(const nlohmann::json& value) {
+  if (value.is_string()) return fmt::format("the string \"{}\"", value.get<std::string>());
+  if (value.is_null()) return "null";
+  return std::string(value.type_name()) + " " + value.dump();
+}
+
+}  // namespace
+
+nlohmann::json parse_document(const std::string& text, const std::string& origin, bool yaml) {
+  if (yaml) {
+    try {
+      return yaml_to_json(YAML::Load(text));
+    } catch (const YAML::Exception& error) {
+      throw InputError(fmt::format("{}: line {}, column {}: invalid YAML: {}", origin, error.mark.line + 1,
+                                   error.mark.column + 1, error.msg));
+    }
+  }
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& error) {
+    std::string message = error.what();
+    // Drop nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
+    if (auto colon = message.find(": ", message.find("parse error")); colon != std::string::npos)
+      message = message.substr(colon + 2);
+    throw InputError(fmt::format("{}: {}: invalid JSON: {}", origin, line_column(text, error.byte - (error.byte > 0)),
+                                 message));
+  }
+}
+
+nlohmann::json load_document(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot open file", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  bool yaml = looks_like_yaml(path);
+  // A .yaml file that is really JSON parses either way; JSON is a subset of YAML 1.2.
+  return parse_document(text, path, yaml);
+}
+
+JsonReader::JsonReader(const nlohmann::json& value, std::string file, std::string path)
+    : value_(&value), file_(std::move(file)), path_(std::move(path)) {}
+
+std::string JsonReader::where() const { return path_.empty() ? file_ : fmt::format("{}: {}", file_, path_); }
+
+void JsonReader::fail(const std::string& message) const { throw InputError(fmt::format("{}: {}", where(), message)); }
+
+bool JsonReader::has(const std::string& key) const { return value_->is_object() && value_->contains(key); }
+
+JsonReader JsonReader::at(const std::string& key) const {
+  expect_object();
+  auto it = value_->find(key);
+  std::string child = path_.empty() ? key : path_ + "." + key;
+  if (it == value_->end()) throw InputError(fmt::format("{}: {}: required field is missing", file_, child));
+  return JsonReader(*it, file_, child);
+}
+
+JsonReader JsonReader::at(std::size_t index) const {
+  expect_array();
+  return JsonReader(value_->at(index), file_, fmt::format("{}[{}]", path_, index));
+}
+
+std::size_t JsonReader::size() const { return value_->size(); }
+
+void JsonReader::expect_object() const {
+  if (!value_->is_object()) fail("expected an object, got " + type_name(*value_));
+}
+void JsonReader::expect_array() const {
+  if (!value_->is_array()) fail("expected a list, got " + type_name(*value_));
+}
+
+void JsonReader::allow_only(std::initializer_list<const char*> allowed) const {
+  expect_object();
+  for (const auto& item : value_->items()) {
+    bool known = false;
+    for (const char* name : allowed) known = known || item.key() == name;
+    if (!known) {
+      std::string names;
+      for (const char* name : allowed) names += (names.empty() ? "" : ", ") + std::string(name);
+      std::string child = path_.empty() ? item.key() : path_ + "." + item.key();
+      throw InputError(fmt::format("{}: {}: unknown field (expected one of: {})", file_, child, names));
+    }
+  }
+}
+
+std::vector<std::string> JsonReader::keys() const {
+  expect_object();
+  std::vector<std::string> out;
+  for (const auto& item : value_->items()) out.push_back(item.key());
+  return out;
+}
+
+std::string JsonReader::as_string() const {
+  if (!value_->is_string()) fail("expected a string, got " + type_name(*value_));
+  return value_->get<std::string>();
+}
+double JsonReader::as_number() const {
+  if (!value_->is_number()) fail("expected a number, got " + type_name(*value_));
+  return value_->get<double>();
+}
+std::int64_t JsonReader::as_int() const {
+  if (value_->is_number_integer()) return value_->get<std::int64_t>();
+  if (value_->is_number_float()) {
+    double number = value_->get<double>();
+    if (number == static_cast<double>(static_cast<std::int64_t>(number))) return static_cast<std::int64_t>(number);
+  }
+  fail("expected an integer, got " + type_name(*value_));
+}
+bool JsonReader::as_bool() const {
+  if (!value_->is_boolean()) fail("expected true or false, got " + type_name(*value_));
+  return value_->get<bool>();
+}
+
+std::string JsonReader::get_string(const std::string& key, const std::string& fallback) const {
+  return has(key) && !at(key).is_null() ? at(key).as_string() : fallback;
+}
+double JsonReader::get_number(const std::string& key, double fallback) const {
+  return has(key) && !at(key).is_null() ? at(key).as_number() : fallback;
+}
+std::int64_t JsonReader::get_int(const std::string& key, std::int64_t fallback) const {
+  return has(key) && !at(key).is_null() ? at(key).as_int() : fallback;
+}
+bool JsonReader::get_bool(const std::string& key, bool fallback) const {
+  return has(key) && !at(key).is_null() ? at(key).as_bool() : fallback;
+}
+std::vector<std::string> JsonReader::get_string_list(const std::string& key) const {
+  std::vector<std::string> out;
+  if (!has(key) || at(key).is_null()) return out;
+  JsonReader node = at(key);
+  if (node.is_string()) return {node.as_string()};
+  node.expect_array();
+  for (std::size_t i = 0; i < node.size(); ++i) out.push_back(node.at(i).as_string());
+  return out;
+}
+
+}  // namespace stratsim::core

@@ -1,0 +1,392 @@
+#include <fmt/format.h>
+
+#include "stratsim/core/errors.hpp"
+#include "stratsim/core/json_reader.hpp"
+#include "stratsim/core/plan.hpp"
+
+namespace stratsim::core {
+namespace {
+
+// Built-in plans, so the CLI has something to run with no files at all.
+const std::vector<std::pair<std::string, std::string>>& builtin_plans() {
+  static const std::vector<std::pair<std::string, std::string>> plans = {
+      {"ddp", R"json({"world_size": 2, "batch_size": 1,
+                  "steps": [{"replicate": {"module": ""}}]})json"},
+      {"fsdp", R"json({"world_size": 4, "batch_size": 2,
+                   "steps": [{"fully_shard": {"module": "", "strategy": "FULL_SHARD",
+                                              "policy": {"module_types": ["Linear"]}}}]})json"},
+      {"ddp-tp", R"json({"world_size": 4, "mesh": {"shape": [2, 2], "dim_names": ["dp", "tp"]}, "batch_size": 1,
+                     "steps": [{"parallelize_module": {"module": "", "mesh_dim": "tp",
+                                 "plan": {"fc1": "colwise", "fc2": "rowwise", "fc3": "colwise", "fc4": "rowwise"}}},
+                               {"replicate": {"module": "", "mesh_dim": "dp"}}]})json"},
+      {"fsdp-tp", R"json({"world_size": 4, "mesh": {"shape": [2, 2], "dim_names": ["dp", "tp"]}, "batch_size": 2,
+                      "steps": [{"parallelize_module": {"module": "", "mesh_dim": "tp",
+                                  "plan": {"mlp.net1": {"style": "colwise", "input_layouts": "Shard(0)"},
+                                           "mlp.net2": {"style": "rowwise", "output_layouts": "Shard(0)"}}}},
+                                {"distribute_module": {"module": "mlp_norm", "mesh_dim": "tp", "input_layouts": "Shard(0)"}},
+                                {"fully_shard": {"module": "", "mesh_dim": "dp"}}]})json"},
+  };
+  return plans;
+}
+
+std::vector<std::string> mesh_dims(const JsonReader& step, const Plan& plan, const char* key = "mesh_dim") {
+  std::vector<std::string> dims = step.get_string_list(key);
+  if (dims.empty() && step.has("device_mesh")) dims = step.get_string_list("device_mesh");
+  for (const std::string& dim : dims)
+    if (plan.mesh.dim_index(dim) < 0) {
+      std::string names;
+      for (const auto& n : plan.mesh.dim_names()) names += (names.empty() ? "" : ", ") + n;
+      step.at(step.has(key) ? key : "device_mesh").fail(fmt::format("no mesh dimension \"{}\" (the mesh has: {})", dim, names));
+    }
+  return dims;
+}
+
+std::optional<Placement> placement_field(const JsonReader& node, const char* key) {
+  if (!node.has(key) || node.at(key).is_null()) return std::nullopt;
+  JsonReader field = node.at(key);
+  std::string text;
+  if (field.is_array()) {  // [Shard(0)] as PyTorch writes placements
+    if (field.size() != 1) field.fail("expected one placement (the styles act on a 1-D mesh)");
+    text = field.at(std::size_t{0}).as_string();
+  } else {
+    text = field.as_string();
+  }
+  auto placement = parse_placement(text);
+  if (!placement) field.fail(fmt::format("expected Shard(d), Replicate() or Partial(), got \"{}\"", text));
+  return placement;
+}
+
+std::optional<DType> dtype_field(const JsonReader& node, const char* key) {
+  if (!node.has(key) || node.at(key).is_null()) return std::nullopt;
+  std::string text = node.at(key).as_string();
+  auto dtype = parse_dtype(text);
+  if (!dtype) node.at(key).fail(fmt::format("unknown dtype \"{}\"", text));
+  return dtype;
+}
+
+// Python's type name for a JSON value, for PyTorch's "but got <class '...'>" wording.
+std::string python_type(const nlohmann::json& value) {
+  if (value.is_array()) return "<class 'list'>";
+  if (value.is_object()) return "<class 'dict'>";
+  if (value.is_boolean()) return "<class 'bool'>";
+  if (value.is_number_float()) return "<class 'float'>";
+  if (value.is_null()) return "<class 'NoneType'>";
+  return "<class 'str'>";
+}
+
+bool is_torch_device(const std::string& text) {
+  for (const char* type : {"cpu", "cuda", "meta", "xpu", "mps"}) {
+    std::string prefix = type;
+    if (text == prefix) return true;
+    if (text.starts_with(prefix + ":")) {
+      std::string index = text.substr(prefix.size() + 1);
+      return !index.empty() && index.find_first_not_of("0123456789") == std::string::npos;
+    }
+  }
+  return false;
+}
+
+ReplicateStep parse_replicate(const JsonReader& node, const Plan& plan, const std::string& where) {
+  node.allow_only({"module", "mesh_dim", "device_mesh", "bucket_cap_mb", "find_unused_parameters",
+                   "gradient_as_bucket_view", "static_graph", "broadcast_buffers", "init_sync", "comm_hook",
+                   "ignored_modules", "device_id"});
+  ReplicateStep step;
+  step.module = node.get_string("module", "");
+  step.mesh_dims = mesh_dims(node, plan);
+  if (step.mesh_dims.size() > 1) node.at(node.has("mesh_dim") ? "mesh_dim" : "device_mesh").fail("replicate takes a 1-D mesh");
+  if (node.has("bucket_cap_mb") && !node.at("bucket_cap_mb").is_null()) {
+    step.bucket_cap_mb = node.at("bucket_cap_mb").as_number();
+    if (*step.bucket_cap_mb <= 0) node.at("bucket_cap_mb").fail("expected a positive number of MiB");
+  }
+  step.find_unused_parameters = node.get_bool("find_unused_parameters", false);
+  step.gradient_as_bucket_view = node.get_bool("gradient_as_bucket_view", false);
+  step.static_graph = node.get_bool("static_graph", false);
+  step.broadcast_buffers = node.get_bool("broadcast_buffers", true);
+  step.init_sync = node.get_bool("init_sync", true);
+  std::string hook = node.get_string("comm_hook", "none");
+  if (hook == "none" || hook == "") step.comm_hook = CommHook::none;
+  else if (hook == "allreduce" || hook == "allreduce_hook") step.comm_hook = CommHook::allreduce;
+  else if (hook == "fp16_compress" || hook == "fp16_compress_hook") step.comm_hook = CommHook::fp16_compress;
+  else if (hook == "bf16_compress" || hook == "bf16_compress_hook") step.comm_hook = CommHook::bf16_compress;
+  else node.at("comm_hook").fail(fmt::format("unknown comm hook \"{}\" (expected allreduce, fp16_compress or bf16_compress)", hook));
+  step.ignored_modules = node.get_string_list("ignored_modules");
+  if (node.has("device_id") && !node.at("device_id").is_null()) {
+    const nlohmann::json& id = node.at("device_id").value();
+    bool ok = id.is_number_integer() || (id.is_string() && is_torch_device(id.get<std::string>()));
+    // replicate() checks the type before anything else; same rule, same words.
+    if (!ok) throw PlanError(fmt::format("{}: Expected device_id to be int or torch.device, but got {}", where, python_type(id)));
+  }
+  return step;
+}
+
+ShardingStrategy parse_strategy(const JsonReader& node) {
+  std::string text = node.as_string();
+  if (text.starts_with("ShardingStrategy.")) text = text.substr(17);
+  if (text == "FULL_SHARD") return ShardingStrategy::full_shard;
+  if (text == "SHARD_GRAD_OP") return ShardingStrategy::shard_grad_op;
+  if (text == "NO_SHARD") return ShardingStrategy::no_shard;
+  if (text == "HYBRID_SHARD") return ShardingStrategy::hybrid_shard;
+  if (text == "_HYBRID_SHARD_ZERO2" || text == "HYBRID_SHARD_ZERO2") return ShardingStrategy::hybrid_shard_zero2;
+  node.fail(fmt::format("unknown sharding strategy \"{}\" (expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, _HYBRID_SHARD_ZERO2)", text));
+}
+
+FullyShardStep parse_fully_shard(const JsonReader& node, const Plan& plan) {
+  node.allow_only({"module", "mesh_dim", "device_mesh", "strategy", "sharding_strategy", "policy", "auto_wrap_policy",
+                   "mixed_precision", "cpu_offload", "backward_prefetch", "forward_prefetch", "use_orig_params",
+                   "sync_module_states", "limit_all_gathers", "ignored_modules"});
+  FullyShardStep step;
+  step.module = node.get_string("module", "");
+  step.mesh_dims = mesh_dims(node, plan);
+  const char* strategy_key = node.has("strategy") ? "strategy" : "sharding_strategy";
+  if (node.has(strategy_key) && !node.at(strategy_key).is_null()) step.strategy = parse_strategy(node.at(strategy_key));
+  const bool hybrid = step.strategy == ShardingStrategy::hybrid_shard || step.strategy == ShardingStrategy::hybrid_shard_zero2;
+  if (step.mesh_dims.size() > 2 || (step.mesh_dims.size() == 2 && !hybrid))
+    node.at(node.has("mesh_dim") ? "mesh_dim" : "device_mesh")
+        .fail("expected one mesh dimension (two, replicate then shard, for HYBRID_SHARD)");
+  if (hybrid && step.mesh_dims.size() != 2)
+    node.fail("HYBRID_SHARD needs a 2-D device mesh: mesh_dim: [replicate_dim, shard_dim]");
+  const char* policy_key = node.has("policy") ? "policy" : "auto_wrap_policy";
+  if (node.has(policy_key) && !node.at(policy_key).is_null()) {
+    JsonReader policy = node.at(policy_key);
+    policy.allow_only({"module_types", "min_num_params"});
+    step.wrap_module_types = policy.get_string_list("module_types");
+    if (policy.has("min_num_params")) {
+      step.wrap_min_num_params = policy.at("min_num_params").as_int();
+      if (*step.wrap_min_num_params <= 0) policy.at("min_num_params").fail("expected a positive integer");
+    }
+    if (step.wrap_module_types.empty() && !step.wrap_min_num_params)
+      policy.fail("expected module_types (ModuleWrapPolicy) or min_num_params (size_based_auto_wrap_policy)");
+  }
+  if (node.has("mixed_precision") && !node.at("mixed_precision").is_null()) {
+    JsonReader mp = node.at("mixed_precision");
+    mp.allow_only({"param_dtype", "reduce_dtype", "buffer_dtype", "cast_forward_inputs", "cast_root_forward_inputs"});
+    step.param_dtype = dtype_field(mp, "param_dtype");
+    step.reduce_dtype = dtype_field(mp, "reduce_dtype");
+    step.buffer_dtype = dtype_field(mp, "buffer_dtype");
+  }
+  if (node.has("cpu_offload") && !node.at("cpu_offload").is_null()) {
+    JsonReader offload = node.at("cpu_offload");
+    if (offload.is_object()) {
+      offload.allow_only({"offload_params"});
+      step.cpu_offload = offload.get_bool("offload_params", false);
+    } else {
+      step.cpu_offload = offload.as_bool();
+    }
+  }
+  if (node.has("backward_prefetch")) {
+    JsonReader prefetch = node.at("backward_prefetch");
+    std::string text = prefetch.is_null() ? "NONE" : prefetch.as_string();
+    if (text.starts_with("BackwardPrefetch.")) text = text.substr(17);
+    if (text == "BACKWARD_PRE") step.backward_prefetch = BackwardPrefetch::backward_pre;
+    else if (text == "BACKWARD_POST") step.backward_prefetch = BackwardPrefetch::backward_post;
+    else if (text == "NONE" || text == "None") step.backward_prefetch = BackwardPrefetch::none;
+    else prefetch.fail(fmt::format("expected BACKWARD_PRE, BACKWARD_POST or null, got \"{}\"", text));
+  }
+  step.forward_prefetch = node.get_bool("forward_prefetch", false);
+  step.use_orig_params = node.get_bool("use_orig_params", false);
+  step.sync_module_states = node.get_bool("sync_module_states", false);
+  step.limit_all_gathers = node.get_bool("limit_all_gathers", true);
+  step.ignored_modules = node.get_string_list("ignored_modules");
+  return step;
+}
+
+TPModuleSpec parse_tp_spec(const JsonReader& node) {
+  TPModuleSpec spec;
+  std::string style;
+  if (node.is_string()) {
+    style = node.as_string();
+  } else {
+    node.allow_only({"style", "input_layouts", "output_layouts", "use_local_output"});
+    style = node.at("style").as_string();
+    spec.input_layout = placement_field(node, "input_layouts");
+    spec.output_layout = placement_field(node, "output_layouts");
+    spec.use_local_output = node.get_bool("use_local_output", true);
+  }
+  if (style == "colwise" || style == "ColwiseParallel") spec.style = TPStyle::colwise;
+  else if (style == "rowwise" || style == "RowwiseParallel") spec.style = TPStyle::rowwise;
+  else (node.is_string() ? node : node.at("style")).fail(fmt::format("unknown style \"{}\" (expected colwise or rowwise)", style));
+  return spec;
+}
+
+ParallelizeStep parse_parallelize(const JsonReader& node, const Plan& plan) {
+  node.allow_only({"module", "mesh_dim", "device_mesh", "plan", "parallelize_plan"});
+  ParallelizeStep step;
+  step.module = node.get_string("module", "");
+  step.mesh_dims = mesh_dims(node, plan);
+  if (step.mesh_dims.size() != 1) node.fail("parallelize_module needs one mesh dimension (mesh_dim)");
+  JsonReader entries = node.at(node.has("plan") ? "plan" : "parallelize_plan");
+  for (const std::string& key : entries.keys()) step.plan.emplace_back(key, parse_tp_spec(entries.at(key)));
+  if (step.plan.empty()) entries.fail("the plan names no module");
+  return step;
+}
+
+DistributeModuleStep parse_distribute(const JsonReader& node, const Plan& plan) {
+  node.allow_only({"module", "mesh_dim", "device_mesh", "input_layouts", "output_to_local"});
+  DistributeModuleStep step;
+  step.module = node.at("module").as_string();
+  step.mesh_dims = mesh_dims(node, plan);
+  if (step.mesh_dims.size() != 1) node.fail("distribute_module needs one mesh dimension (mesh_dim)");
+  step.input_layout = placement_field(node, "input_layouts");
+  step.output_to_local = node.get_bool("output_to_local", true);
+  return step;
+}
+
+void parse_mesh(const JsonReader& doc, Plan& plan) {
+  std::vector<int> shape;
+  std::vector<std::string> names;
+  if (doc.has("mesh")) {
+    JsonReader mesh = doc.at("mesh");
+    mesh.allow_only({"shape", "dim_names", "mesh_dim_names"});
+    JsonReader shape_node = mesh.at("shape");
+    shape_node.expect_array();
+    if (shape_node.size() == 0) shape_node.fail("the mesh needs at least one dimension");
+    for (std::size_t i = 0; i < shape_node.size(); ++i) {
+      std::int64_t extent = shape_node.at(i).as_int();
+      if (extent <= 0 || extent > (1 << 24)) shape_node.at(i).fail("expected a positive mesh extent");
+      shape.push_back(static_cast<int>(extent));
+    }
+    names = mesh.get_string_list(mesh.has("dim_names") ? "dim_names" : "mesh_dim_names");
+    if (names.empty())
+      for (std::size_t i = 0; i < shape.size(); ++i) names.push_back(fmt::format("dim{}", i));
+    if (names.size() != shape.size())
+      mesh.at(mesh.has("dim_names") ? "dim_names" : "mesh_dim_names")
+          .fail(fmt::format("{} names for a {}-D mesh", names.size(), shape.size()));
+    for (std::size_t i = 0; i < names.size(); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        if (names[i] == names[j]) mesh.fail(fmt::format("duplicate mesh dimension name \"{}\"", names[i]));
+  } else {
+    shape = {plan.world_size};
+    names = {"world"};
+  }
+  std::int64_t product = 1;
+  for (int extent : shape) product *= extent;
+  if (product != plan.world_size)
+    doc.at(doc.has("mesh") ? "mesh" : "world_size")
+        .fail(fmt::format("mesh shape multiplies to {} ranks but world_size is {}", product, plan.world_size));
+  plan.mesh = DeviceMesh(shape, names);
+}
+
+OptimizerConfig parse_optimizer(const JsonReader& node) {
+  node.allow_only({"type", "lr", "momentum", "weight_decay", "amsgrad", "foreach", "fused", "betas", "eps"});
+  OptimizerConfig config;
+  std::string type = node.get_string("type", "sgd");
+  if (type == "sgd" || type == "SGD") config.kind = OptimizerKind::sgd;
+  else if (type == "adam" || type == "Adam") config.kind = OptimizerKind::adam;
+  else if (type == "adamw" || type == "AdamW") config.kind = OptimizerKind::adamw;
+  else node.at("type").fail(fmt::format("unknown optimizer \"{}\" (expected sgd, adam or adamw)", type));
+  config.lr = node.get_number("lr", config.lr);
+  config.momentum = node.get_number("momentum", 0.0);
+  config.weight_decay = node.get_number("weight_decay", 0.0);
+  config.amsgrad = node.get_bool("amsgrad", false);
+  return config;
+}
+
+TorchVersion parse_version(const JsonReader& node) {
+  std::string text = node.is_number() ? fmt::format("{}", node.as_number()) : node.as_string();
+  TorchVersion version;
+  if (std::sscanf(text.c_str(), "%d.%d", &version.major, &version.minor) != 2 || version.major < 1)
+    node.fail(fmt::format("expected a version like \"2.4\", got \"{}\"", text));
+  return version;
+}
+
+}  // namespace
+
+std::string TorchVersion::str() const { return fmt::format("{}.{}", major, minor); }
+
+std::string_view strategy_name(ShardingStrategy strategy) {
+  switch (strategy) {
+    case ShardingStrategy::full_shard: return "FULL_SHARD";
+    case ShardingStrategy::shard_grad_op: return "SHARD_GRAD_OP";
+    case ShardingStrategy::no_shard: return "NO_SHARD";
+    case ShardingStrategy::hybrid_shard: return "HYBRID_SHARD";
+    case ShardingStrategy::hybrid_shard_zero2: return "_HYBRID_SHARD_ZERO2";
+  }
+  return "?";
+}
+
+std::string_view comm_hook_name(CommHook hook) {
+  switch (hook) {
+    case CommHook::none: return "none";
+    case CommHook::allreduce: return "allreduce";
+    case CommHook::fp16_compress: return "fp16_compress";
+    case CommHook::bf16_compress: return "bf16_compress";
+  }
+  return "?";
+}
+
+Plan parse_plan(const JsonReader& doc) {
+  doc.allow_only({"world_size", "mesh", "batch_size", "seq_len", "input_requires_grad", "iterations",
+                  "gradient_accumulation_steps", "optimizer", "torch_version", "device_memory_gb", "steps", "format"});
+  Plan plan;
+  plan.origin = doc.file();
+  plan.world_size = static_cast<int>(doc.at("world_size").as_int());
+  if (plan.world_size <= 0 || plan.world_size > (1 << 24)) doc.at("world_size").fail("expected a positive rank count");
+  parse_mesh(doc, plan);
+  plan.batch_size = doc.get_int("batch_size", 1);
+  if (plan.batch_size <= 0) doc.at("batch_size").fail("expected a positive integer");
+  plan.seq_len = doc.get_int("seq_len", 0);
+  if (plan.seq_len < 0) doc.at("seq_len").fail("expected a positive integer");
+  plan.input_requires_grad = doc.get_bool("input_requires_grad", false);
+  plan.iterations = static_cast<int>(doc.get_int("iterations", 0));
+  if (plan.iterations < 0 || plan.iterations > 1000) doc.at("iterations").fail("expected 1 to 1000");
+  plan.gradient_accumulation_steps = static_cast<int>(doc.get_int("gradient_accumulation_steps", 1));
+  if (plan.gradient_accumulation_steps <= 0) doc.at("gradient_accumulation_steps").fail("expected a positive integer");
+  if (doc.has("optimizer")) plan.optimizer = parse_optimizer(doc.at("optimizer"));
+  if (doc.has("torch_version")) plan.torch_version = parse_version(doc.at("torch_version"));
+  if (doc.has("device_memory_gb") && !doc.at("device_memory_gb").is_null()) {
+    double gib = doc.at("device_memory_gb").as_number();
+    if (gib <= 0) doc.at("device_memory_gb").fail("expected a positive number of GiB");
+    plan.device_memory_gib = gib;
+  }
+  if (!doc.has("steps")) return plan;
+  JsonReader steps = doc.at("steps");
+  steps.expect_array();
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    JsonReader entry = steps.at(i);
+    entry.expect_object();
+    if (entry.size() != 1)
+      entry.fail("each step is one call: {\"replicate\": {...}}, {\"fully_shard\": {...}}, {\"checkpoint\": {...}}, "
+                 "{\"parallelize_module\": {...}} or {\"distribute_module\": {...}}");
+    const std::string call = entry.keys().front();
+    JsonReader body = entry.at(call);
+    PlanStep step;
+    step.index = static_cast<int>(i);
+    step.where = fmt::format("{}: steps[{}] ({})", doc.file(), i, call);
+    if (call == "replicate") step.body = parse_replicate(body, plan, step.where);
+    else if (call == "fully_shard" || call == "FSDP") step.body = parse_fully_shard(body, plan);
+    else if (call == "checkpoint") {
+      body.allow_only({"module"});
+      step.body = CheckpointStep{body.at("module").as_string()};
+    } else if (call == "parallelize_module") step.body = parse_parallelize(body, plan);
+    else if (call == "distribute_module") step.body = parse_distribute(body, plan);
+    else
+      entry.fail(fmt::format("unknown call \"{}\" (expected replicate, fully_shard, checkpoint, parallelize_module or "
+                             "distribute_module)", call));
+    plan.steps.push_back(std::move(step));
+  }
+  return plan;
+}
+
+std::vector<std::string> builtin_plan_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, text] : builtin_plans()) names.push_back(name);
+  return names;
+}
+
+Plan load_plan(const std::string& spec) {
+  if (spec.starts_with("builtin:")) {
+    const std::string name = spec.substr(8);
+    for (const auto& [builtin, text] : builtin_plans())
+      if (builtin == name) {
+        nlohmann::json doc = parse_document(text, spec, false);
+        return parse_plan(JsonReader(doc, spec));
+      }
+    std::string names;
+    for (const auto& n : builtin_plan_names()) names += (names.empty() ? "" : ", ") + n;
+    throw InputError(fmt::format("{}: no built-in plan \"{}\" (available: {})", spec, name, names));
+  }
+  nlohmann::json doc = load_document(spec);
+  return parse_plan(JsonReader(doc, spec));
+}
+
+}  // namespace stratsim::core

@@ -1,0 +1,179 @@
+#include "stratsim/core/program.hpp"
+
+#include <nlohmann/json.hpp>
+#include <fmt/format.h>
+
+#include "stratsim/core/errors.hpp"
+#include "stratsim/core/json_reader.hpp"
+
+namespace stratsim::core {
+
+std::string_view phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::init: return "init";
+    case Phase::forward: return "forward";
+    case Phase::backward: return "backward";
+    case Phase::recompute: return "recompute";
+    case Phase::optimizer: return "optimizer";
+  }
+  return "?";
+}
+
+std::string_view collective_kind_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::all_reduce: return "all_reduce";
+    case CollectiveKind::all_gather: return "all_gather";
+    case CollectiveKind::reduce_scatter: return "reduce_scatter";
+    case CollectiveKind::broadcast: return "broadcast";
+    case CollectiveKind::all_to_all: return "all_to_all";
+  }
+  return "?";
+}
+
+int Program::stream_id(const std::string& name) {
+  for (std::size_t i = 0; i < streams.size(); ++i)
+    if (streams[i] == name) return static_cast<int>(i);
+  streams.push_back(name);
+  return static_cast<int>(streams.size()) - 1;
+}
+
+int Program::group_id(const std::vector<int>& mesh_dims) {
+  for (std::size_t i = 0; i < groups.size(); ++i)
+    if (groups[i].mesh_dims == mesh_dims) return static_cast<int>(i);
+  groups.push_back({mesh_dims, mesh.describe_dims(mesh_dims), mesh.group_size(mesh_dims)});
+  return static_cast<int>(groups.size()) - 1;
+}
+
+ProgramOp& Program::add(ProgramOp op) {
+  op.id = static_cast<int>(ops.size());
+  ops.push_back(std::move(op));
+  return ops.back();
+}
+
+nlohmann::json program_to_json(const Program& program) {
+  using json = nlohmann::json;
+  json doc;
+  doc["format"] = "stratsim.program";
+  doc["version"] = 1;
+  doc["world_size"] = program.world_size;
+  doc["mesh"] = {{"shape", program.mesh.shape()}, {"dim_names", program.mesh.dim_names()}};
+  doc["iterations"] = program.iterations;
+  doc["streams"] = program.streams;
+  json groups = json::array();
+  for (const ProgramGroup& group : program.groups) {
+    json dims = json::array();
+    for (int d : group.mesh_dims) dims.push_back(program.mesh.dim_names()[d]);
+    groups.push_back({{"name", group.name}, {"mesh_dims", dims}, {"size", group.size}});
+  }
+  doc["groups"] = groups;
+  json ops = json::array();
+  for (const ProgramOp& op : program.ops) {
+    json o = {{"id", op.id}, {"iteration", op.iteration}, {"name", op.name}, {"module", op.module},
+              {"phase", phase_name(op.phase)}, {"stream", op.stream}, {"deps", op.deps}};
+    if (op.type == OpType::compute) {
+      o["type"] = "compute";
+      o["op_class"] = op.op_class;
+      o["flops"] = op.flops;
+      o["bytes"] = op.bytes_accessed;
+    } else {
+      o["type"] = "collective";
+      o["kind"] = collective_kind_name(op.kind);
+      o["op"] = op.comm_key;
+      o["group"] = op.group;
+      o["bytes"] = op.bytes;
+      o["input_bytes"] = op.input_bytes;
+      o["output_bytes"] = op.output_bytes;
+      o["dtype"] = dtype_name(op.dtype);
+      o["reason"] = op.reason;
+      o["params"] = op.params;
+    }
+    ops.push_back(std::move(o));
+  }
+  doc["ops"] = std::move(ops);
+  return doc;
+}
+
+namespace {
+template <typename Enum, std::size_t N>
+Enum parse_enum(const JsonReader& node, const std::array<std::pair<std::string_view, Enum>, N>& names) {
+  const std::string text = node.as_string();
+  for (const auto& [name, value] : names)
+    if (name == text) return value;
+  node.fail(fmt::format("unknown value \"{}\"", text));
+}
+}  // namespace
+
+Program program_from_json(const nlohmann::json& document, const std::string& origin) {
+  JsonReader doc(document, origin);
+  doc.allow_only({"format", "version", "world_size", "mesh", "iterations", "streams", "groups", "ops"});
+  if (doc.get_string("format", "") != "stratsim.program") doc.fail("not a stratsim program (format must be \"stratsim.program\")");
+  if (doc.at("version").as_int() != 1) doc.at("version").fail("unsupported program version (expected 1)");
+  Program program;
+  program.world_size = static_cast<int>(doc.at("world_size").as_int());
+  JsonReader mesh = doc.at("mesh");
+  std::vector<int> shape;
+  for (std::size_t i = 0; i < mesh.at("shape").size(); ++i) shape.push_back(static_cast<int>(mesh.at("shape").at(i).as_int()));
+  program.mesh = DeviceMesh(shape, mesh.get_string_list("dim_names"));
+  program.iterations = static_cast<int>(doc.get_int("iterations", 1));
+  program.streams = doc.get_string_list("streams");
+  JsonReader groups = doc.at("groups");
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    std::vector<int> dims;
+    for (const std::string& name : groups.at(i).get_string_list("mesh_dims")) {
+      int d = program.mesh.dim_index(name);
+      if (d < 0) groups.at(i).fail(fmt::format("unknown mesh dimension \"{}\"", name));
+      dims.push_back(d);
+    }
+    program.group_id(dims);
+  }
+  static constexpr std::array<std::pair<std::string_view, Phase>, 5> phases{
+      {{"init", Phase::init}, {"forward", Phase::forward}, {"backward", Phase::backward},
+       {"recompute", Phase::recompute}, {"optimizer", Phase::optimizer}}};
+  static constexpr std::array<std::pair<std::string_view, CollectiveKind>, 5> kinds{
+      {{"all_reduce", CollectiveKind::all_reduce}, {"all_gather", CollectiveKind::all_gather},
+       {"reduce_scatter", CollectiveKind::reduce_scatter}, {"broadcast", CollectiveKind::broadcast},
+       {"all_to_all", CollectiveKind::all_to_all}}};
+  JsonReader ops = doc.at("ops");
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    JsonReader o = ops.at(i);
+    ProgramOp op;
+    op.iteration = static_cast<int>(o.at("iteration").as_int());
+    op.name = o.at("name").as_string();
+    op.module = o.get_string("module", "");
+    op.phase = parse_enum(o.at("phase"), phases);
+    op.stream = static_cast<int>(o.at("stream").as_int());
+    if (op.stream < 0 || op.stream >= static_cast<int>(program.streams.size())) o.at("stream").fail("no such stream");
+    for (std::size_t k = 0; k < o.at("deps").size(); ++k) {
+      int dep = static_cast<int>(o.at("deps").at(k).as_int());
+      if (dep < 0 || dep >= static_cast<int>(i)) o.at("deps").at(k).fail("a dependency must name an earlier op");
+      op.deps.push_back(dep);
+    }
+    const std::string type = o.at("type").as_string();
+    if (type == "compute") {
+      op.type = OpType::compute;
+      op.op_class = o.get_string("op_class", "");
+      op.flops = o.get_number("flops", 0);
+      op.bytes_accessed = o.get_int("bytes", 0);
+    } else if (type == "collective") {
+      op.type = OpType::collective;
+      op.kind = parse_enum(o.at("kind"), kinds);
+      op.comm_key = o.get_string("op", "");
+      op.group = static_cast<int>(o.at("group").as_int());
+      if (op.group < 0 || op.group >= static_cast<int>(program.groups.size())) o.at("group").fail("no such group");
+      op.bytes = o.at("bytes").as_int();
+      op.input_bytes = o.get_int("input_bytes", op.bytes);
+      op.output_bytes = o.get_int("output_bytes", op.bytes);
+      auto dtype = parse_dtype(o.get_string("dtype", "float32"));
+      if (!dtype) o.at("dtype").fail("unknown dtype");
+      op.dtype = *dtype;
+      op.reason = o.get_string("reason", "");
+      op.params = o.get_string_list("params");
+    } else {
+      o.at("type").fail("expected \"compute\" or \"collective\"");
+    }
+    program.add(std::move(op));
+  }
+  return program;
+}
+
+}  // namespace stratsim::core

@@ -1,0 +1,245 @@
+// The built-in models: every model the seed tests use, with PyTorch's module names so parameter
+// FQNs match, and a parameterised decoder-only transformer for planning real LLMs.
+#include <fmt/format.h>
+
+#include "stratsim/core/errors.hpp"
+#include "stratsim/core/model_io.hpp"
+
+namespace stratsim::core {
+namespace {
+
+using json = nlohmann::json;
+
+json linear(const std::string& name, std::int64_t in, std::int64_t out, bool bias = true) {
+  return {{"name", name}, {"type", "Linear"}, {"in_features", in}, {"out_features", out}, {"bias", bias}};
+}
+json leaf(const std::string& name, const std::string& type) { return {{"name", name}, {"type", type}}; }
+json functional(const std::string& name, const std::string& type) {
+  return {{"name", name}, {"type", type}, {"functional", true}};
+}
+json container(const std::string& name, const std::string& type, json children) {
+  return {{"name", name}, {"type", type}, {"children", std::move(children)}};
+}
+
+// test_replicate_with_compiler.py: four Linear(DIM, DIM), DIM = 2000.
+json net(std::int64_t dim, bool checkpoint_fc1) {
+  json fc1 = linear("fc1", dim, dim);
+  if (checkpoint_fc1) fc1["checkpoint"] = true;
+  return {{"name", checkpoint_fc1 ? "NetCheckpoint" : "Net"},
+          {"modules", {fc1, linear("fc2", dim, dim), linear("fc3", dim, dim), linear("fc4", dim, dim)}}};
+}
+
+// torch.testing._internal.common_dist_composable.UnitModule.
+json unit_module(const std::string& name) {
+  return container(name, "UnitModule",
+                   {linear("l1", 100, 100),
+                    container("seq", "Sequential", {leaf("0", "ReLU"), linear("1", 100, 100), leaf("2", "ReLU")}),
+                    linear("l2", 100, 100)});
+}
+
+json simple_mlp(const std::string& name) {
+  return container(name, "SimpleMLP",
+                   {linear("net1", 50, 32), leaf("relu", "ReLU"), linear("net2", 32, 8), functional("sigmoid", "Sigmoid")});
+}
+
+json mlp_module(const std::string& name) {
+  return container(name, "MLPModule", {linear("net1", 10, 16), leaf("relu", "ReLU"), linear("net2", 16, 10)});
+}
+
+json rmsnorm_python(const std::string& name, std::int64_t dim) {
+  return {{"name", name}, {"type", "RMSNormPython"}, {"dim", dim}};
+}
+
+std::int64_t option_int(const std::map<std::string, std::string>& options, const std::string& key,
+                        std::int64_t fallback) {
+  auto it = options.find(key);
+  if (it == options.end()) return fallback;
+  try {
+    std::size_t used = 0;
+    long long value = std::stoll(it->second, &used);
+    if (used == it->second.size() && value > 0) return value;
+  } catch (const std::exception&) {
+  }
+  throw InputError(fmt::format("zoo option {}: expected a positive integer, got \"{}\"", key, it->second));
+}
+
+void check_options(const std::map<std::string, std::string>& options, std::initializer_list<const char*> allowed) {
+  for (const auto& [key, value] : options) {
+    bool ok = false;
+    for (const char* name : allowed) ok = ok || key == name;
+    if (!ok) {
+      std::string names;
+      for (const char* name : allowed) names += (names.empty() ? "" : ", ") + std::string(name);
+      throw InputError(fmt::format("zoo option {}: unknown (expected one of: {})", key, names));
+    }
+  }
+}
+
+json transformer_from_options(const std::map<std::string, std::string>& options, TransformerConfig config) {
+  check_options(options, {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "style", "dtype"});
+  config.layers = option_int(options, "layers", config.layers);
+  config.hidden = option_int(options, "hidden", config.hidden);
+  config.heads = option_int(options, "heads", config.heads);
+  config.kv_heads = option_int(options, "kv_heads", config.kv_heads == 0 ? config.heads : config.kv_heads);
+  config.ffn = option_int(options, "ffn", config.ffn);
+  config.vocab = option_int(options, "vocab", config.vocab);
+  config.seq = option_int(options, "seq", config.seq);
+  if (auto it = options.find("style"); it != options.end()) {
+    if (it->second != "llama" && it->second != "gpt")
+      throw InputError(fmt::format("zoo option style: expected llama or gpt, got \"{}\"", it->second));
+    config.style = it->second;
+  }
+  if (auto it = options.find("dtype"); it != options.end()) {
+    if (!parse_dtype(it->second)) throw InputError(fmt::format("zoo option dtype: unknown dtype \"{}\"", it->second));
+    config.dtype = it->second;
+  }
+  if (config.hidden % config.heads != 0)
+    throw InputError(fmt::format("zoo option heads: hidden {} is not divisible by heads {}", config.hidden, config.heads));
+  if (config.heads % config.kv_heads != 0)
+    throw InputError(fmt::format("zoo option kv_heads: heads {} is not divisible by kv_heads {}", config.heads, config.kv_heads));
+  return transformer_document(config);
+}
+
+TransformerConfig preset(std::string style, std::int64_t layers, std::int64_t hidden, std::int64_t heads,
+                         std::int64_t kv_heads, std::int64_t ffn, std::int64_t vocab, std::int64_t seq) {
+  TransformerConfig c;
+  c.style = std::move(style);
+  c.layers = layers;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.ffn = ffn;
+  c.vocab = vocab;
+  c.seq = seq;
+  return c;
+}
+
+std::vector<ZooEntry> make_zoo() {
+  std::vector<ZooEntry> entries;
+  auto fixed = [&](std::string name, std::string description, json doc) {
+    entries.push_back({std::move(name), std::move(description), "",
+                       [doc](const std::map<std::string, std::string>&) { return doc; }});
+  };
+  entries.push_back({"Net", "test_replicate_with_compiler.py: fc1..fc4 = Linear(DIM, DIM), DIM=2000", "dim=2000",
+                     [](const auto& o) {
+                       check_options(o, {"dim"});
+                       return net(option_int(o, "dim", 2000), false);
+                     }});
+  entries.push_back({"NetCheckpoint", "Net(checkpoint=True): fc1 runs under checkpoint(use_reentrant=False)", "dim=2000",
+                     [](const auto& o) {
+                       check_options(o, {"dim"});
+                       return net(option_int(o, "dim", 2000), true);
+                     }});
+  fixed("ReplicateNet", "test_replicate.py Net: fc1..fc3 = Linear(2, 2)",
+        {{"name", "ReplicateNet"}, {"modules", {linear("fc1", 2, 2), linear("fc2", 2, 2), linear("fc3", 2, 2)}}});
+  fixed("SimpleMLP", "test_data_parallel.py: net1 Linear(50,32), ReLU, net2 Linear(32,8), sigmoid",
+        {{"name", "SimpleMLP"}, {"modules", simple_mlp("")["children"]}});
+  fixed("WrapperModule", "test_data_parallel.py batch-dim analysis: mlp = SimpleMLP",
+        {{"name", "WrapperModule"}, {"modules", {simple_mlp("mlp")}}});
+  fixed("UnitModule", "common_dist_composable.UnitModule: l1, seq(ReLU, Linear, ReLU), l2 (100 wide)",
+        {{"name", "UnitModule"}, {"modules", unit_module("")["children"]}});
+  fixed("CompositeModel", "common_dist_composable.CompositeModel: l1, u1, u2 (UnitModule), l2",
+        {{"name", "CompositeModel"},
+         {"modules", {linear("l1", 100, 100), unit_module("u1"), unit_module("u2"), linear("l2", 100, 100)}}});
+  fixed("CompositeParamModel", "common_dist_composable.CompositeParamModel: l, u1, u2, root parameter p (100x100)",
+        {{"name", "CompositeParamModel"},
+         {"modules", {linear("l", 100, 100), unit_module("u1"), unit_module("u2")}},
+         {"parameters", {{{"name", "p"}, {"shape", {100, 100}}}}}});
+  fixed("SaveForwardInputsModel", "common_distributed.SaveForwardInputsModel: c1, c2 each with l = Linear(100, 100)",
+        {{"name", "SaveForwardInputsModel"},
+         {"modules",
+          {container("c1", "SaveForwardInputsModule", {linear("l", 100, 100)}),
+           container("c2", "SaveForwardInputsModule", {linear("l", 100, 100)})}}});
+  fixed("MLPModule", "common_dtensor.MLPModule: net1 Linear(10,16), ReLU, net2 Linear(16,10)",
+        {{"name", "MLPModule"}, {"modules", mlp_module("")["children"]}});
+  fixed("RMSNormPython", "common_dtensor.RMSNormPython(10)",
+        {{"name", "RMSNormPython"}, {"modules", {rmsnorm_python("norm", 10)}}});
+  fixed("SimpleModel", "test_fsdp_tp_integration.py SimpleModel: net1 Linear(5,8), ReLU, net2 Linear(8,4), net3 Linear(4,12)",
+        {{"name", "SimpleModel"},
+         {"modules", {linear("net1", 5, 8), leaf("relu", "ReLU"), linear("net2", 8, 4), linear("net3", 4, 12)}}});
+  fixed("TestModel", "test_fsdp_tp_extension_grad: mlp = MLPModule, mlp_norm = RMSNormPython(10); forward mlp(mlp_norm(x))",
+        {{"name", "TestModel"}, {"modules", {mlp_module("mlp"), rmsnorm_python("mlp_norm", 10)}}, {"forward", {"mlp_norm", "mlp"}}});
+  const std::string transformer_options = "layers,hidden,heads,kv_heads,ffn,vocab,seq,style=llama|gpt,dtype";
+  entries.push_back({"gpt", "decoder-only transformer; defaults LLaMA-7B-like (32 x 4096, ffn 11008, seq 2048)",
+                     transformer_options, [](const auto& o) { return transformer_from_options(o, TransformerConfig{}); }});
+  entries.push_back({"llama2-7b", "LLaMA-2 7B: 32 layers, hidden 4096, 32 heads, ffn 11008, vocab 32000, seq 4096",
+                     transformer_options, [](const auto& o) {
+                       return transformer_from_options(o, preset("llama", 32, 4096, 32, 32, 11008, 32000, 4096));
+                     }});
+  entries.push_back({"llama2-70b", "LLaMA-2 70B: 80 layers, hidden 8192, 64 heads (8 KV), ffn 28672, seq 4096",
+                     transformer_options, [](const auto& o) {
+                       return transformer_from_options(o, preset("llama", 80, 8192, 64, 8, 28672, 32000, 4096));
+                     }});
+  entries.push_back({"gpt3-175b", "GPT-3 175B: 96 layers, hidden 12288, 96 heads, ffn 49152, vocab 50257, seq 2048",
+                     transformer_options, [](const auto& o) {
+                       return transformer_from_options(o, preset("gpt", 96, 12288, 96, 96, 49152, 50257, 2048));
+                     }});
+  return entries;
+}
+
+json llama_block(const std::string& name, const TransformerConfig& c) {
+  const std::int64_t head_dim = c.hidden / c.heads;
+  const std::int64_t kv = c.kv_heads == 0 ? c.heads : c.kv_heads;
+  json attention = container("attention", "Attention",
+                             {linear("wq", c.hidden, c.heads * head_dim, false), linear("wk", c.hidden, kv * head_dim, false),
+                              linear("wv", c.hidden, kv * head_dim, false),
+                              {{"name", "sdpa"}, {"type", "ScaledDotProductAttention"}, {"heads", c.heads},
+                               {"kv_heads", kv}, {"head_dim", head_dim}, {"functional", true}},
+                              linear("wo", c.heads * head_dim, c.hidden, false)});
+  json ffn = container("feed_forward", "FeedForward",
+                       {linear("w1", c.hidden, c.ffn, false), linear("w2", c.ffn, c.hidden, false),
+                        linear("w3", c.hidden, c.ffn, false), {{"name", "silu"}, {"type", "SiLU"}, {"functional", true}}});
+  ffn["forward"] = {"w1", "w3", "silu", "w2"};
+  json block = container(name, "TransformerBlock",
+                         {attention, ffn, {{"name", "attention_norm"}, {"type", "RMSNorm"}, {"dim", c.hidden}},
+                          {{"name", "ffn_norm"}, {"type", "RMSNorm"}, {"dim", c.hidden}}});
+  block["forward"] = {"attention_norm", "attention", "ffn_norm", "feed_forward"};
+  return block;
+}
+
+json gpt_block(const std::string& name, const TransformerConfig& c) {
+  const std::int64_t head_dim = c.hidden / c.heads;
+  json attention = container("attn", "CausalSelfAttention",
+                             {linear("c_attn", c.hidden, 3 * c.hidden),
+                              {{"name", "sdpa"}, {"type", "ScaledDotProductAttention"}, {"heads", c.heads},
+                               {"head_dim", head_dim}, {"functional", true}},
+                              linear("c_proj", c.hidden, c.hidden)});
+  json mlp = container("mlp", "MLP", {linear("c_fc", c.hidden, c.ffn), leaf("gelu", "GELU"), linear("c_proj", c.ffn, c.hidden)});
+  return container(name, "Block",
+                   {{{"name", "ln_1"}, {"type", "LayerNorm"}, {"dim", c.hidden}},
+                    attention,
+                    {{"name", "ln_2"}, {"type", "LayerNorm"}, {"dim", c.hidden}},
+                    mlp});
+}
+
+}  // namespace
+
+nlohmann::json transformer_document(const TransformerConfig& c) {
+  json layers = json::array();
+  for (std::int64_t i = 0; i < c.layers; ++i)
+    layers.push_back(c.style == "gpt" ? gpt_block(std::to_string(i), c) : llama_block(std::to_string(i), c));
+  json doc;
+  doc["name"] = c.style == "gpt" ? "GPT" : "Transformer";
+  doc["dtype"] = c.dtype;
+  doc["seq_len"] = c.seq;
+  if (c.style == "gpt") {
+    doc["modules"] = {{{"name", "wte"}, {"type", "Embedding"}, {"num_embeddings", c.vocab}, {"embedding_dim", c.hidden}},
+                      {{"name", "wpe"}, {"type", "Embedding"}, {"num_embeddings", c.seq}, {"embedding_dim", c.hidden}},
+                      container("h", "ModuleList", layers),
+                      {{"name", "ln_f"}, {"type", "LayerNorm"}, {"dim", c.hidden}},
+                      linear("lm_head", c.hidden, c.vocab, false)};
+  } else {
+    doc["modules"] = {{{"name", "tok_embeddings"}, {"type", "Embedding"}, {"num_embeddings", c.vocab}, {"embedding_dim", c.hidden}},
+                      container("layers", "ModuleList", layers),
+                      {{"name", "norm"}, {"type", "RMSNorm"}, {"dim", c.hidden}},
+                      linear("output", c.hidden, c.vocab, false)};
+  }
+  return doc;
+}
+
+const std::vector<ZooEntry>& zoo() {
+  static const std::vector<ZooEntry> entries = make_zoo();
+  return entries;
+}
+
+}  // namespace stratsim::core
