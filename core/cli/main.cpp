@@ -103,8 +103,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    const int code = app.exit(error);
-    return code == 0 ? 0 : 2;
+    if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version
+    std::cerr << "stratsim: error: " << error.what() << " (see --help)\n";
+    return 2;
   }
   try {
     if (plan->parsed()) return run_plan(plan_args);

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Sets everything up and runs the main job on the built-in default: plan the seed model
+# (zoo:Net, 4 x Linear(2000, 2000)) under DDP on 2 ranks and print the report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+bash scripts/build.sh >/dev/null
+exec ./build/core/stratsim plan --model zoo:Net --plan builtin:ddp "$@"

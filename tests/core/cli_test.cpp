@@ -1,0 +1,152 @@
+// Runs the real `stratsim` binary: exit codes, one-line errors naming file and field, and no
+// partial output on failure.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct CliRun {
+  int code = 0;
+  std::string out;  // stdout + stderr
+};
+
+CliRun run(const std::string& args) {
+  const std::string command = std::string(STRATSIM_BINARY) + " " + args + " 2>&1";
+  CliRun result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  std::array<char, 4096> buffer{};
+  while (std::size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) result.out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string data(const std::string& name) { return std::string(STRATSIM_TEST_DATA) + "/" + name; }
+
+int lines(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
+
+}  // namespace
+
+TEST(Cli, DefaultMainJobPlansTheSeedModelUnderDdp) {
+  CliRun r = run("plan");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("rebuilt buckets (gradient-ready order): 3 buckets"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ddp_buckets = 3"), std::string::npos);
+}
+
+TEST(Cli, JsonReportHasTheDocumentedFields) {
+  CliRun r = run("plan --model zoo:TestModel --plan " + data("seed_fsdp_tp.yaml") + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["counts"]["c10d_functional.reduce_scatter_tensor"], 2);
+  EXPECT_EQ(doc["counts"]["c10d_functional.all_gather_into_tensor"], 2);
+  EXPECT_EQ(doc["counts"]["c10d_functional.all_reduce"], 1);
+  EXPECT_EQ(doc["counts"]["c10d._allgather_base_"], 1);
+  EXPECT_EQ(doc["counts"]["c10d._reduce_scatter_base_"], 1);
+  const auto& first = doc["iterations"][0]["collectives"][0];
+  for (const char* key : {"op", "kind", "group", "ranks", "bytes", "dtype", "phase", "params"}) EXPECT_TRUE(first.contains(key)) << key;
+  EXPECT_EQ(first["kind"], "all_gather");
+  EXPECT_EQ(first["bytes"], 752);
+  EXPECT_EQ(first["ranks"], nlohmann::json({0, 2}));
+  EXPECT_TRUE(doc["memory"].contains("peak"));
+}
+
+TEST(Cli, RankOptionShowsThatRanksGroups) {
+  CliRun r = run("plan --model zoo:TestModel --plan " + data("seed_fsdp_tp.yaml") + " --json --rank 3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["coordinate"], nlohmann::json({1, 1}));
+  EXPECT_EQ(doc["iterations"][0]["collectives"][0]["ranks"], nlohmann::json({1, 3}));
+  EXPECT_EQ(doc["iterations"][0]["collectives"][1]["ranks"], nlohmann::json({2, 3}));
+}
+
+TEST(Cli, EmitProgramWritesAParseableProgram) {
+  const std::string path = testing::TempDir() + "/program.json";
+  std::filesystem::remove(path);
+  CliRun r = run("plan --model zoo:Net --plan builtin:ddp --emit-program " + path);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream in(path);
+  auto doc = nlohmann::json::parse(in);
+  EXPECT_EQ(doc["format"], "stratsim.program");
+  EXPECT_EQ(doc["streams"][0], "compute");
+  EXPECT_GT(doc["ops"].size(), 10u);
+}
+
+TEST(Cli, SameInputsGiveByteIdenticalOutput) {
+  const std::string args = "plan --model zoo:CompositeParamModel --plan builtin:fsdp --json";
+  CliRun a = run(args), b = run(args);
+  ASSERT_EQ(a.code, 0);
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST(Cli, ZooListsTheSeedModels) {
+  CliRun r = run("zoo");
+  ASSERT_EQ(r.code, 0);
+  for (const char* name : {"Net", "NetCheckpoint", "SimpleMLP", "WrapperModule", "UnitModule", "CompositeModel",
+                           "CompositeParamModel", "SaveForwardInputsModel", "MLPModule", "RMSNormPython", "SimpleModel",
+                           "TestModel", "gpt", "llama2-7b"})
+    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+}
+
+TEST(Cli, HelpExitsZero) {
+  EXPECT_EQ(run("--help").code, 0);
+  EXPECT_EQ(run("plan --help").code, 0);
+}
+
+struct BadInput {
+  std::string args;
+  std::string expected;  // substring of the single error line
+};
+
+class CliBadInput : public testing::TestWithParam<BadInput> {};
+
+TEST_P(CliBadInput, OneClearErrorLineAndExitCode2) {
+  const BadInput& c = GetParam();
+  const std::string output = testing::TempDir() + "/should_not_exist.json";
+  std::filesystem::remove(output);
+  CliRun r = run(c.args + " -o " + output);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(c.expected), std::string::npos) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(output)) << "partial output left behind";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Inputs, CliBadInput,
+    testing::Values(
+        BadInput{"plan --plan " + data("bad_syntax.json"), "bad_syntax.json: line 3, column 1: invalid JSON"},
+        BadInput{"plan --plan " + data("bad_syntax.yaml"), "bad_syntax.yaml: line 4"},
+        BadInput{"plan --plan " + data("unknown_field.json"), "steps[0].replicate.bucket_cap: unknown field"},
+        BadInput{"plan --plan " + data("wrong_type.json"), "steps[0].replicate.bucket_cap_mb: expected a number, got the string \"big\""},
+        BadInput{"plan --plan " + data("impossible_mesh.json"), "impossible_mesh.json: mesh: mesh shape multiplies to 6 ranks but world_size is 4"},
+        BadInput{"plan --model zoo:CompositeModel --plan " + data("replicate_after_fully_shard.json"),
+                 "steps[1] (replicate): Cannot apply `replicate()` on a Module already managed by `fully_shard`"},
+        BadInput{"plan --plan " + data("bad_device_id.json"),
+                 "steps[0] (replicate): Expected device_id to be int or torch.device, but got <class 'list'>"},
+        BadInput{"plan --plan " + data("missing_module.json"), "steps[0] (replicate): module \"nope\" is not a submodule of Net"},
+        BadInput{"plan --model zoo:SimpleMLP --plan " + data("tp_on_relu.json"), "ColwiseParallel currently only support nn.Linear and nn.Embedding!"},
+        BadInput{"plan --model " + data("unknown_module_type.json"), "modules[0].type: unknown module type \"Conv2d\""},
+        BadInput{"plan --model " + data("bad_linear.json"), "modules[0].in_features: expected a positive integer, got 0"},
+        BadInput{"plan --model " + data("no_such_file.json"), "no_such_file.json: cannot open file"},
+        BadInput{"plan --model zoo:Nope", "zoo:Nope: no built-in model \"Nope\""},
+        BadInput{"plan --model zoo:gpt:layers=x", "zoo option layers: expected a positive integer"},
+        BadInput{"plan --plan builtin:nope", "builtin:nope: no built-in plan \"nope\""},
+        BadInput{"plan --rank 7", "--rank 7 is outside the world of 2 ranks"},
+        BadInput{"plan --iterations 0", "--iterations"},
+        BadInput{"plan --bogus", "--bogus"}));
+
+TEST(Cli, YamlAndJsonModelsAgree) {
+  CliRun r = run("plan --model " + data("tiny_model.json") + " --plan builtin:ddp --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["ddp"][0]["param_names"],
+            nlohmann::json({"scale", "fc1.weight", "fc1.bias", "block.0.weight", "block.1.weight", "head.weight", "head.bias"}));
+}

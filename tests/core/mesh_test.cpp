@@ -1,0 +1,47 @@
+#include <gtest/gtest.h>
+
+#include "stratsim/core/mesh.hpp"
+
+using namespace stratsim::core;
+
+// Reference vector 18 and the DeviceMesh examples of pytorch-semantics.md §8.
+TEST(DeviceMesh, RowMajorCoordinatesAndGroups) {
+  DeviceMesh mesh({4, 2}, {"dp", "tp"});
+  EXPECT_EQ(mesh.coordinate(5), (std::vector<int>{2, 1}));
+  EXPECT_EQ(mesh.group_ranks(5, {1}), (std::vector<int>{4, 5}));
+  EXPECT_EQ(mesh.group_ranks(5, {0}), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(mesh.all_groups({1}), (std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(mesh.all_groups({0}), (std::vector<std::vector<int>>{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+}
+
+TEST(DeviceMesh, TwoByFourAndTwoByTwo) {
+  DeviceMesh a({2, 4}, {"dp", "tp"});
+  EXPECT_EQ(a.all_groups({1}), (std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(a.all_groups({0}), (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  DeviceMesh b({2, 2}, {"dp", "tp"});
+  EXPECT_EQ(b.all_groups({1}), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(b.all_groups({0}), (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(b.group_ranks(3, {0, 1}), (std::vector<int>{0, 1, 2, 3}));
+}
+
+// Property: along any dims, the groups partition the world and every rank finds itself in its group.
+TEST(DeviceMesh, GroupsPartitionTheWorld) {
+  for (std::vector<int> shape : {std::vector<int>{8}, {2, 3}, {4, 2, 2}, {3, 1, 5}}) {
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < shape.size(); ++i) names.push_back("d" + std::to_string(i));
+    DeviceMesh mesh(shape, names);
+    for (int d = 0; d < mesh.ndim(); ++d) {
+      std::vector<int> seen(mesh.world_size(), 0);
+      for (const auto& group : mesh.all_groups({d})) {
+        EXPECT_EQ(static_cast<int>(group.size()), shape[d]);
+        for (int r : group) ++seen[r];
+      }
+      for (int r = 0; r < mesh.world_size(); ++r) {
+        EXPECT_EQ(seen[r], 1);
+        auto group = mesh.group_ranks(r, {d});
+        EXPECT_NE(std::find(group.begin(), group.end(), r), group.end());
+        EXPECT_EQ(mesh.rank_at(mesh.coordinate(r)), r);
+      }
+    }
+  }
+}
