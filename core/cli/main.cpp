@@ -57,8 +57,17 @@ int run_plan(const PlanArgs& args) {
   const std::string report = args.json ? json_report(model, plan, result).dump(2) + "\n" : text_report(model, plan, result);
   const std::string program = args.emit_program.empty() ? "" : program_to_json(result.program).dump(1) + "\n";
   if (!args.emit_program.empty()) write_atomically(args.emit_program, program);
-  if (args.output.empty()) std::cout << report;
-  else write_atomically(args.output, report);
+  if (args.output.empty()) {
+    std::cout << report;
+    return 0;
+  }
+  try {
+    write_atomically(args.output, report);
+  } catch (const InputError&) {
+    // All or nothing: do not leave the program behind when the report could not be written.
+    if (!args.emit_program.empty()) std::filesystem::remove(args.emit_program);
+    throw;
+  }
   return 0;
 }
 

@@ -35,7 +35,7 @@ class JsonReader {
   void expect_array() const;
   // Rejects members outside `allowed` so typos are caught, not silently ignored.
   void allow_only(std::initializer_list<const char*> allowed) const;
-  std::vector<std::string> keys() const;  // object keys in document order
+  std::vector<std::string> keys() const;  // object keys, sorted (nlohmann::json does not keep document order)
 
   std::string as_string() const;
   double as_number() const;

@@ -72,7 +72,7 @@ struct Module {
   bool causal = false;                                    // attention
   std::int64_t subtree_end = 0;  // one past the last module index of this subtree (pre-order)
   bool checkpoint = false;  // the model's own forward wraps this module in checkpoint(...)
-  bool functional = false;  // a torch.* call in forward, not a registered submodule (no FQN of its own)
+  bool functional = false;  // a torch.* call in forward (torch.sigmoid), not a registered submodule; reported, has no parameters
 };
 
 struct Model {
