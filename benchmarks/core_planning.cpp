@@ -1,19 +1,21 @@
 // Planning cost of the strategy core (Google Benchmark).
 //
-//   * BM_PlanLayers/{ddp,fsdp}/L      planning time against layer count (LLaMA-style, hidden 256)
-//   * BM_PlanWorld/W                  a 96-layer GPT-3-175B under FSDP x TP on W ranks
-//   * BM_ProgramJson/W                program_to_json of that plan (the consumer-facing form)
-//   * BM_LoadModel*                   zoo -> Model: document building and parsing
+//   * BM_PlanWorld_GPT3_FSDP_TP/W     a 96-layer GPT-3 175B under FSDP x TP on W ranks
+//   * BM_ProgramJson_GPT3_FSDP_TP/W   program_to_json(...).dump() of that plan's program
+//   * BM_LoadModel_GPT3               zoo -> Model, end to end
+//   * BM_ModelDocument_Llama/L        transformer_document (the JSON model document) against layers
+//   * BM_ParseModel_Llama/L           parse_model of that document against layers
+//   * BM_PlanLayers_{DDP,FSDP}/L      planning time against layer count (LLaMA-style, hidden 256)
+//   * BM_PlanLayers_FSDP_AC_PerLayer/L  the same with checkpoint + fully_shard called per block
 //
 // Counters: ops (program ops, all iterations), collectives (last iteration, as CommDebugMode
-// counts them), layers, world, program_MiB (estimated heap footprint of the PlanResult),
-// json_MiB (bytes of program_to_json(...).dump()), rss_MiB (the process's peak RSS so far).
+// counts them), layers, world, heap_MiB (heap held by the returned PlanResult), json_MiB (bytes
+// of program_to_json(...).dump()), rss_MiB (the process's peak RSS so far).
 // benchmarks/README.md has the figures and how to run them.
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <string>
 
 #include <benchmark/benchmark.h>
@@ -32,7 +34,7 @@ using json = nlohmann::json;
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-// --- models and plans, built once outside the timed loops ------------------------------------------
+// --- models and plans, built outside the timed loops ---------------------------------------------
 
 TransformerConfig small_llama(std::int64_t layers) {
   TransformerConfig c;
@@ -47,14 +49,11 @@ TransformerConfig small_llama(std::int64_t layers) {
   return c;
 }
 
-const Model& llama_model(std::int64_t layers) {
-  static std::map<std::int64_t, std::unique_ptr<Model>> cache;
-  auto& slot = cache[layers];
-  if (!slot) {
-    const json doc = transformer_document(small_llama(layers));
-    slot = std::make_unique<Model>(parse_model(JsonReader(doc, "bench:llama")));
-  }
-  return *slot;
+// Built per benchmark run, outside the timed loop, and dropped when the run ends: keeping a
+// 10,000-layer model alive across later benchmarks fragments the heap and slows them by up to 2x.
+Model llama_model(std::int64_t layers) {
+  const json doc = transformer_document(small_llama(layers));
+  return parse_model(JsonReader(doc, "bench:llama"));
 }
 
 const Model& gpt3_model() {
@@ -77,6 +76,19 @@ Plan fsdp_plan() {
                      {{{"fully_shard",
                         {{"module", ""}, {"policy", {{"module_types", {"TransformerBlock"}}}}}}}}}},
                    "bench:fsdp");
+}
+
+// torchtitan's loop: checkpoint(layer) and fully_shard(layer) for every block, then fully_shard on
+// the root: 2 L + 1 plan steps, each naming its module.
+Plan per_layer_fsdp_ac_plan(std::int64_t layers) {
+  json steps = json::array();
+  for (std::int64_t i = 0; i < layers; ++i) {
+    const std::string layer = "layers." + std::to_string(i);
+    steps.push_back({{"checkpoint", {{"module", layer}}}});
+    steps.push_back({{"fully_shard", {{"module", layer}}}});
+  }
+  steps.push_back({{"fully_shard", {{"module", ""}}}});
+  return make_plan({{"world_size", 8}, {"batch_size", 1}, {"steps", std::move(steps)}}, "bench:fsdp-ac-per-layer");
 }
 
 // FSDP (per Block, dp) x Megatron TP (tp) on a [world / tp, tp] mesh; tp = 8 from 16 ranks up.
@@ -106,87 +118,39 @@ double peak_rss_mib() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
-std::size_t string_heap(const std::string& s) { return s.capacity() > 15 ? s.capacity() + 1 : 0; }
-
-// Heap bytes held by a PlanResult's program and collective records (a lower bound: allocator
-// overhead is not counted). The program is what a consumer keeps; the records are the report.
-double result_mib(const PlanResult& result) {
-  std::size_t bytes = result.program.ops.capacity() * sizeof(ProgramOp);
-  for (const ProgramOp& op : result.program.ops) {
-    bytes += string_heap(op.name) + string_heap(op.module) + string_heap(op.op_class) + string_heap(op.comm_key) +
-             string_heap(op.reason) + op.deps.capacity() * sizeof(int) +
-             op.params.capacity() * sizeof(std::string);
-    for (const std::string& p : op.params) bytes += string_heap(p);
-  }
-  for (const IterationRecord& it : result.iterations) {
-    bytes += it.collectives.capacity() * sizeof(CollectiveRecord);
-    for (const CollectiveRecord& c : it.collectives) {
-      bytes += string_heap(c.op) + string_heap(c.group) + string_heap(c.module) + string_heap(c.reason) +
-               c.params.capacity() * sizeof(std::string);
-      for (const std::string& p : c.params) bytes += string_heap(p);
-    }
-  }
-  for (const auto& ranks : result.group_ranks) bytes += ranks.capacity() * sizeof(int);
-  return static_cast<double>(bytes) / kMiB;
+// Bytes the allocator has handed out and not had back (glibc: arena chunks + mmapped chunks).
+double heap_in_use() {
+  const struct mallinfo2 info = mallinfo2();
+  return static_cast<double>(info.uordblks + info.hblkhd);
 }
 
-void plan_counters(benchmark::State& state, const PlanResult& result) {
-  state.counters["ops"] = static_cast<double>(result.program.ops.size());
-  state.counters["collectives"] =
-      result.iterations.empty() ? 0.0 : static_cast<double>(result.iterations.back().collectives.size());
-  state.counters["program_MiB"] = result_mib(result);
-  state.counters["rss_MiB"] = peak_rss_mib();
-}
-
-// --- (1) planning time against layer count --------------------------------------------------------
-
-void plan_layers(benchmark::State& state, const Plan& plan) {
-  const std::int64_t layers = state.range(0);
-  const Model& model = llama_model(layers);  // built (and cached) outside the timed loop
-  PlanOptions options;
-  options.rank = 1;
+// Times plan_training(model, plan) and reports what it produced. The memory counters come from
+// one more, untimed run: heap_MiB is the heap the returned PlanResult holds (program + collective
+// records + reports), rss_MiB the process's peak RSS so far (a high-water mark over the whole run).
+void run_plan(benchmark::State& state, const Model& model, const Plan& plan, const PlanOptions& options) {
   for (auto _ : state) {
     PlanResult result = plan_training(model, plan, options);
     benchmark::DoNotOptimize(result.program.ops.data());
     benchmark::ClobberMemory();
   }
+  const double before = heap_in_use();
   const PlanResult result = plan_training(model, plan, options);
-  plan_counters(state, result);
-  state.counters["layers"] = static_cast<double>(layers);
-  state.counters["params"] = static_cast<double>(model.params.size());
-  // Seconds of planning per layer (printed with an SI prefix: 12.3u = 12.3 us).
-  state.counters["per_layer"] = benchmark::Counter(static_cast<double>(layers),
-                                                   benchmark::Counter::kIsIterationInvariantRate |
-                                                       benchmark::Counter::kInvert);
-  state.SetComplexityN(layers);
+  state.counters["heap_MiB"] = (heap_in_use() - before) / kMiB;
+  state.counters["rss_MiB"] = peak_rss_mib();
+  state.counters["ops"] = static_cast<double>(result.program.ops.size());
+  // CommDebugMode's view: the collectives of the last (steady-state) iteration.
+  state.counters["collectives"] =
+      result.iterations.empty() ? 0.0 : static_cast<double>(result.iterations.back().collectives.size());
 }
 
-void BM_PlanLayers_DDP(benchmark::State& state) {
-  static const Plan plan = ddp_plan();
-  plan_layers(state, plan);
-}
-void BM_PlanLayers_FSDP(benchmark::State& state) {
-  static const Plan plan = fsdp_plan();
-  plan_layers(state, plan);
-}
-BENCHMARK(BM_PlanLayers_DDP)->RangeMultiplier(10)->Range(10, 10000)->Unit(benchmark::kMillisecond)->Complexity();
-BENCHMARK(BM_PlanLayers_FSDP)->RangeMultiplier(10)->Range(10, 10000)->Unit(benchmark::kMillisecond)->Complexity();
-
-// --- (2) planning time against world size, GPT-3 175B, FSDP x TP ---------------------------------
+// --- planning time against world size: GPT-3 175B, FSDP x TP -----------------------------------
 
 void BM_PlanWorld_GPT3_FSDP_TP(benchmark::State& state) {
   const int world = static_cast<int>(state.range(0));
   const Model& model = gpt3_model();
   const Plan plan = gpt_2d_plan(world);
-  PlanOptions options;
-  options.rank = world - 1;  // the last rank: its group-rank lists are the furthest from rank 0
-  for (auto _ : state) {
-    PlanResult result = plan_training(model, plan, options);
-    benchmark::DoNotOptimize(result.program.ops.data());
-    benchmark::ClobberMemory();
-  }
-  const PlanResult result = plan_training(model, plan, options);
-  plan_counters(state, result);
+  // The last rank: its group-rank lists are the furthest from rank 0.
+  run_plan(state, model, plan, PlanOptions{world - 1, 0});
   state.counters["world"] = world;
   state.counters["tp"] = tp_degree(world);
   state.counters["layers"] = 96;
@@ -212,7 +176,7 @@ void BM_ProgramJson_GPT3_FSDP_TP(benchmark::State& state) {
 }
 BENCHMARK(BM_ProgramJson_GPT3_FSDP_TP)->Arg(16384)->Unit(benchmark::kMillisecond);
 
-// --- (4) model loading ----------------------------------------------------------------------------
+// --- model loading (zoo -> Model) ----------------------------------------------------------------
 
 // zoo spec -> Model, end to end (document building + parsing).
 void BM_LoadModel_GPT3(benchmark::State& state) {
@@ -251,5 +215,39 @@ void BM_ParseModel_Llama(benchmark::State& state) {
   state.SetComplexityN(state.range(0));
 }
 BENCHMARK(BM_ParseModel_Llama)->RangeMultiplier(10)->Range(10, 10000)->Unit(benchmark::kMillisecond)->Complexity();
+
+// --- planning time against layer count (run last: the largest heaps) -----------------------------
+
+void plan_layers(benchmark::State& state, const Plan& plan) {
+  const std::int64_t layers = state.range(0);
+  const Model model = llama_model(layers);
+  run_plan(state, model, plan, PlanOptions{1, 0});
+  state.counters["layers"] = static_cast<double>(layers);
+  state.counters["params"] = static_cast<double>(model.params.size());
+  // Seconds of planning per layer (printed with an SI prefix: 12.3u = 12.3 us).
+  state.counters["per_layer"] = benchmark::Counter(static_cast<double>(layers),
+                                                   benchmark::Counter::kIsIterationInvariantRate |
+                                                       benchmark::Counter::kInvert);
+  state.SetComplexityN(layers);
+}
+
+void BM_PlanLayers_DDP(benchmark::State& state) {
+  static const Plan plan = ddp_plan();
+  plan_layers(state, plan);
+}
+void BM_PlanLayers_FSDP(benchmark::State& state) {
+  static const Plan plan = fsdp_plan();
+  plan_layers(state, plan);
+}
+void BM_PlanLayers_FSDP_AC_PerLayer(benchmark::State& state) {
+  plan_layers(state, per_layer_fsdp_ac_plan(state.range(0)));
+}
+BENCHMARK(BM_PlanLayers_DDP)->RangeMultiplier(10)->Range(10, 10000)->Unit(benchmark::kMillisecond)->Complexity();
+BENCHMARK(BM_PlanLayers_FSDP)->RangeMultiplier(10)->Range(10, 10000)->Unit(benchmark::kMillisecond)->Complexity();
+BENCHMARK(BM_PlanLayers_FSDP_AC_PerLayer)
+    ->RangeMultiplier(10)
+    ->Range(10, 10000)
+    ->Unit(benchmark::kMillisecond)
+    ->Complexity();
 
 }  // namespace

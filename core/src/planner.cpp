@@ -7,6 +7,8 @@
 #include <cmath>
 #include <functional>
 #include <numeric>
+#include <string_view>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -108,8 +110,12 @@ class Planner {
   int iteration_ = 1;
   bool sync_ = true;
   std::vector<std::function<void()>> tape_;
+  // FSDP pre-backward entries at the end of tape_ whose hooks sit on the current activation
+  // tensor: tape_[hook_run_begin_, hook_run_end_), valid while hook_run_end_ == tape_.size().
+  std::size_t hook_run_begin_ = 0, hook_run_end_ = SIZE_MAX;
   int last_compute_ = -1;
   int post_forward_counter_ = 0;
+  std::vector<int> unit_by_post_forward_order_;  // this iteration: post-forward index -> unit
   std::vector<int> forward_unit_order_, first_forward_unit_order_;
   std::vector<int> backward_unit_order_;  // units by post-forward order, reversed at use
   std::vector<int> pending_free_events_;  // limit_all_gathers rate limiter
@@ -125,8 +131,15 @@ class Planner {
   std::string peak_at_;
 
   // --- setup -------------------------------------------------------------------------------------
+  // FQN -> module index, built once in setup(): Model::find_module is a linear scan, and plans that
+  // name every layer (fully_shard or checkpoint per block) made setup quadratic in the layer count
+  // (10,000 layers: ~1 s, more than the rest of planning). FQNs are unique; emplace keeps the first
+  // as find_module would.
+  std::unordered_map<std::string_view, int> module_index_;
+
   int module_or_fail(const std::string& fqn, const std::string& where, const char* field = "module") const {
-    int index = model_.find_module(fqn);
+    const auto it = module_index_.find(fqn);
+    const int index = it == module_index_.end() ? -1 : it->second;
     if (index < 0)
       throw PlanError(fmt::format("{}: {} \"{}\" is not a submodule of {}", where, field, fqn, model_.name));
     return index;
@@ -147,6 +160,7 @@ class Planner {
   void apply_replicate(const ReplicateStep& step, const PlanStep& where);
   void apply_fully_shard(const FullyShardStep& step, const PlanStep& where);
   void finish_setup();
+  void collect_ddp_params();
   void build_unit(int module, const FullyShardStep& step, const std::vector<bool>& ignored, int step_index);
 
   // --- execution ---------------------------------------------------------------------------------
@@ -194,6 +208,8 @@ class Planner {
 
 void Planner::setup() {
   const std::size_t modules = model_.modules.size();
+  module_index_.reserve(modules);
+  for (std::size_t m = 0; m < modules; ++m) module_index_.emplace(model_.modules[m].fqn, static_cast<int>(m));
   params_.resize(model_.params.size());
   for (std::size_t p = 0; p < model_.params.size(); ++p) {
     params_[p].local_shape = model_.params[p].shape;
@@ -236,8 +252,10 @@ void Planner::apply_parallelize(const ParallelizeStep& step, const PlanStep& whe
       if (module.leaf != LeafKind::linear && module.leaf != LeafKind::embedding)
         throw PlanError(fmt::format("{}: \"{}\" is a {}: {} currently only support nn.Linear and nn.Embedding!",
                                     where.where, module.fqn, module.type, style));
+      bool replicated = false;  // replicate() collects its parameters lazily: look at the modules
+      for (int a = m; a >= 0; a = model_.modules[a].parent) replicated = replicated || replicate_step_[a] >= 0;
       for (int p : module.params) {
-        if (params_[p].fsdp_unit >= 0 || params_[p].ddp >= 0)
+        if (params_[p].fsdp_unit >= 0 || replicated)
           throw PlanError(fmt::format("{}: parameter {} is already managed by fully_shard/replicate; apply "
                                       "parallelize_module first", where.where, model_.params[p].fqn));
         if (params_[p].dtensor)
@@ -307,54 +325,69 @@ void Planner::apply_replicate(const ReplicateStep& step, const PlanStep& where) 
   if (fully_shard_step_[m] >= 0)
     throw PlanError(fmt::format("{}: Cannot apply `replicate()` on a Module already managed by `fully_shard`", where.where));
   replicate_step_[m] = where.index;
-
-  std::vector<bool> skip(model_.modules.size(), false);
-  for (const std::string& name : step.ignored_modules) {
-    int ignored = module_or_fail(name, where.where, "ignored_modules entry");
-    for (int sub = ignored; sub < model_.modules[ignored].subtree_end; ++sub) skip[sub] = true;
-  }
+  for (const std::string& name : step.ignored_modules) module_or_fail(name, where.where, "ignored_modules entry");
+  // replicate() is lazy: DDP, and the parameter list it reduces, is built in the first forward,
+  // after every call of the plan (collect_ddp_params), so a fully_shard() applied later to a
+  // submodule still takes that submodule's parameters out of DDP.
   DdpInstance ddp;
   ddp.module = m;
   ddp.config = step;
   ddp.dims = dims_of(step.mesh_dims);
-  // _collect_params: pre-order, own parameters first; fully-sharded (and replicated) subtrees and
-  // ignored modules are skipped whole.
-  for (int sub = m; sub < model_.modules[m].subtree_end; ++sub) {
-    if (skip[sub]) continue;
-    bool managed_elsewhere = (sub != m && (fully_shard_step_[sub] >= 0 || replicate_step_[sub] >= 0)) ||
-                             (sub == m && fully_shard_step_[sub] >= 0);
-    if (managed_elsewhere) {
-      for (int s = sub; s < model_.modules[sub].subtree_end; ++s) skip[s] = true;
-      continue;
-    }
-    for (int p : model_.modules[sub].params)
-      if (model_.params[p].requires_grad && params_[p].ddp < 0 && params_[p].fsdp_unit < 0) ddp.params.push_back(p);
-  }
-  const int id = static_cast<int>(ddps_.size());
-  for (std::size_t v = 0; v < ddp.params.size(); ++v) {
-    params_[ddp.params[v]].ddp = id;
-    params_[ddp.params[v]].ddp_index = static_cast<int>(v);
-  }
-  // Construction-time buckets (_ddp_init_helper): one bucket of everything unless
-  // find_unused_parameters (and not static_graph), then [first cap, cap] over registration order.
-  std::vector<BucketTensor> tensors;
-  for (int p : ddp.params) tensors.push_back({params_[p].local_numel, model_.params[p].dtype, 0, model_.modules[model_.params[p].module].sparse});
-  const std::int64_t cap = step.bucket_cap_mb ? static_cast<std::int64_t>(*step.bucket_cap_mb * kMiB) : kDefaultBucketBytesCap;
-  std::vector<std::int64_t> limits{kUnlimitedBucketBytes};
-  if (step.find_unused_parameters && !step.static_graph) {
-    std::int64_t first = (step.bucket_cap_mb && plan_.torch_version.explicit_cap_sets_first_bucket()) ? cap : kDefaultFirstBucketBytes;
-    limits = {first, cap};
-    if (first == cap) limits = {cap};
-  }
-  BucketAssignment assignment = compute_bucket_assignment_by_size(tensors, limits);
-  std::reverse(assignment.buckets.begin(), assignment.buckets.end());
-  std::reverse(assignment.size_limits.begin(), assignment.size_limits.end());
-  ddp.initial_buckets = assignment.buckets;
-  ddp.initial_limits = assignment.size_limits;
-  ddp.buckets = ddp.initial_buckets;
-  ddp.limits = ddp.initial_limits;
-  for (int p : ddp.params) ddp.bucket_buffer_bytes += params_[p].local_numel * dtype_size(model_.params[p].dtype);
+  ddp.where = where.where;
   ddps_.push_back(std::move(ddp));
+}
+
+void Planner::collect_ddp_params() {
+  for (int id = 0; id < static_cast<int>(ddps_.size()); ++id) {
+    DdpInstance& ddp = ddps_[id];
+    const int m = ddp.module;
+    const ReplicateStep& step = ddp.config;
+    std::vector<bool> skip(model_.modules.size(), false);
+    for (const std::string& name : step.ignored_modules) {
+      const int ignored = model_.find_module(name);
+      for (int sub = ignored; sub < model_.modules[ignored].subtree_end; ++sub) skip[sub] = true;
+    }
+    // _collect_params: pre-order, own parameters first; fully-sharded (and replicated) subtrees and
+    // ignored modules are skipped whole.
+    for (int sub = m; sub < model_.modules[m].subtree_end; ++sub) {
+      if (skip[sub]) continue;
+      bool managed_elsewhere = (sub != m && (fully_shard_step_[sub] >= 0 || replicate_step_[sub] >= 0)) ||
+                               (sub == m && fully_shard_step_[sub] >= 0);
+      if (managed_elsewhere) {
+        for (int s = sub; s < model_.modules[sub].subtree_end; ++s) skip[s] = true;
+        continue;
+      }
+      for (int p : model_.modules[sub].params)
+        if (model_.params[p].requires_grad && params_[p].ddp < 0 && params_[p].fsdp_unit < 0) ddp.params.push_back(p);
+    }
+    // DistributedDataParallel(self._param_list) refuses a list with nothing to reduce.
+    if (ddp.params.empty())
+      throw PlanError(fmt::format("{}: DistributedDataParallel is not needed when a module doesn't have any parameter "
+                                  "that requires a gradient.", ddp.where));
+    for (std::size_t v = 0; v < ddp.params.size(); ++v) {
+      params_[ddp.params[v]].ddp = id;
+      params_[ddp.params[v]].ddp_index = static_cast<int>(v);
+    }
+    // Construction-time buckets (_ddp_init_helper): one bucket of everything unless
+    // find_unused_parameters (and not static_graph), then [first cap, cap] over registration order.
+    std::vector<BucketTensor> tensors;
+    for (int p : ddp.params) tensors.push_back({params_[p].local_numel, model_.params[p].dtype, 0, model_.modules[model_.params[p].module].sparse});
+    const std::int64_t cap = step.bucket_cap_mb ? static_cast<std::int64_t>(*step.bucket_cap_mb * kMiB) : kDefaultBucketBytesCap;
+    std::vector<std::int64_t> limits{kUnlimitedBucketBytes};
+    if (step.find_unused_parameters && !step.static_graph) {
+      std::int64_t first = (step.bucket_cap_mb && plan_.torch_version.explicit_cap_sets_first_bucket()) ? cap : kDefaultFirstBucketBytes;
+      limits = {first, cap};
+      if (first == cap) limits = {cap};
+    }
+    BucketAssignment assignment = compute_bucket_assignment_by_size(tensors, limits);
+    std::reverse(assignment.buckets.begin(), assignment.buckets.end());
+    std::reverse(assignment.size_limits.begin(), assignment.size_limits.end());
+    ddp.initial_buckets = assignment.buckets;
+    ddp.initial_limits = assignment.size_limits;
+    ddp.buckets = ddp.initial_buckets;
+    ddp.limits = ddp.initial_limits;
+    for (int p : ddp.params) ddp.bucket_buffer_bytes += params_[p].local_numel * dtype_size(model_.params[p].dtype);
+  }
 }
 
 void Planner::apply_fully_shard(const FullyShardStep& step, const PlanStep& where) {
@@ -456,11 +489,21 @@ void Planner::build_unit(int module, const FullyShardStep& step, const std::vect
 }
 
 void Planner::finish_setup() {
-  // A unit is a root when no ancestor module is a unit (composable fully_shard's lazy init).
+  collect_ddp_params();
+  // A unit is a root when no ancestor unit's lazy init reaches it (composable fully_shard). The
+  // root marks the states it finds with _get_fsdp_states_with_modules, which does not descend
+  // into modules managed by replicate() (not _composable), so a unit below a replicated module
+  // stays its own root even under an outer unit (test_compose.py "1fm1fm,1r1r,1fm").
   for (FsdpUnit& unit : units_) {
     unit.root = true;
-    for (int a = model_.modules[unit.module].parent; a >= 0; a = model_.modules[a].parent)
-      if (unit_of_module_[a] >= 0) unit.root = false;
+    if (replicate_step_[unit.module] >= 0) continue;
+    for (int a = model_.modules[unit.module].parent; a >= 0; a = model_.modules[a].parent) {
+      if (replicate_step_[a] >= 0) break;
+      if (unit_of_module_[a] >= 0) {
+        unit.root = false;
+        break;
+      }
+    }
   }
   // Resident storage: parameters (sharded for FSDP), DDP bucket buffers, optimizer state.
   int states = 0;
@@ -704,6 +747,7 @@ void Planner::forward_module(int m, Activation& act, Mode mode) {
   const int unit = unit_of_module_[m];
   if (unit >= 0) fsdp_pre_forward(unit, mode);
   const Activation region_input = act;
+  const std::size_t region_start = tape_.size();
   std::int64_t region_saved = 0;
   if (region) {
     // checkpoint(use_reentrant=False): only the region's input is saved; the inside is recomputed
@@ -723,8 +767,12 @@ void Planner::forward_module(int m, Activation& act, Mode mode) {
   tp_output_hook(m, act, inner);
   if (unit >= 0) fsdp_post_forward(unit, mode);
   if (region) {
-    // Pushed last, so backward replays the region before any of the region's own entries.
-    tape_.push_back([this, m, region_input, region_saved]() {
+    // Pushed after the region's own entries, so backward replays the region before any of them,
+    // but below the pre-backward hooks on the region's output (the unit on this module, units on
+    // its last submodule): autograd runs those hooks before the first node inside the region
+    // unpacks a saved tensor and triggers the recomputation, so FSDP's recomputed pre-forward
+    // finds them in BACKWARD_PRE and gathers nothing.
+    auto replay_region = [this, m, region_input, region_saved]() {
       Activation replay = region_input;
       const Module& mod = model_.modules[m];
       tp_input_hook(m, replay, Mode::replay);
@@ -738,7 +786,14 @@ void Planner::forward_module(int m, Activation& act, Mode mode) {
       }
       tp_output_hook(m, replay, Mode::replay);
       memory(-region_saved, true);
-    });
+    };
+    const std::size_t at =
+        hook_run_end_ == tape_.size() ? std::max(hook_run_begin_, region_start) : tape_.size();
+    tape_.insert(tape_.begin() + static_cast<std::ptrdiff_t>(at), std::move(replay_region));
+    if (at == hook_run_begin_ && hook_run_end_ + 1 == tape_.size()) {
+      ++hook_run_begin_;  // the hooks still end the tape, one slot later
+      ++hook_run_end_;
+    }
   }
 }
 
@@ -866,6 +921,9 @@ void Planner::tp_input_hook(int m, Activation& act, Mode mode) {
 void Planner::tp_output_hook(int m, Activation& act, Mode mode) {
   const TPState& tp = tp_[m];
   if (!tp.parallel && !tp.distributed) return;
+  // The output hook returns a new tensor (redistribute / to_local): hooks registered on the
+  // inner output no longer sit on the module's output.
+  if (mode != Mode::replay) hook_run_end_ = SIZE_MAX;
   const Phase phase = mode == Mode::replay ? Phase::recompute : Phase::forward;
   const int size = mesh_.group_size(tp.dims);
   const std::string& fqn = model_.modules[m].fqn;
@@ -1009,6 +1067,7 @@ void Planner::ddp_rebuild(DdpInstance& ddp) {
   ddp.buckets = assignment.buckets;
   ddp.limits = assignment.size_limits;
   ddp.rebuilt = true;
+  ddp.rebuilt_at = iteration_;
   const std::string stream = "ddp." + group_name(ddp.dims);
   const std::int64_t indices_bytes = 4 * (static_cast<std::int64_t>(ddp.params.size()) + 1);
   const std::int64_t sizes_bytes = 4 * static_cast<std::int64_t>(ddp.buckets.size());
@@ -1113,10 +1172,14 @@ void Planner::fsdp_reshard(int u) {
 
 int Planner::next_backward_unit(int u) const {
   // _exec_order_utils: the unit whose post-forward ran just before this one's.
+  // Looked up by index, not by scanning every unit: a scan per pre-backward made planning
+  // quadratic in the number of units (18% of the instructions of a 10,000-block plan). The check
+  // keeps a unit that ran forward twice (and so moved to a later index) from answering for its
+  // old one, as the scan did.
   const int index = units_[u].post_forward_order;
-  for (int other = 0; other < static_cast<int>(units_.size()); ++other)
-    if (units_[other].post_forward_order == index - 1 && index > 0) return other;
-  return -1;
+  if (index <= 0) return -1;
+  const int other = unit_by_post_forward_order_[index - 1];
+  return units_[other].post_forward_order == index - 1 ? other : -1;
 }
 
 void Planner::fsdp_pre_forward(int u, Mode mode) {
@@ -1149,11 +1212,17 @@ void Planner::fsdp_post_forward(int u, Mode mode) {
   if (!unit.has_handle()) return;
   const ShardingStrategy s = unit.config.strategy;
   const bool reshard_after_forward = s == ShardingStrategy::full_shard || s == ShardingStrategy::hybrid_shard;
+  // _post_forward returns at once in a recomputed forward that runs after the unit's
+  // pre-backward (handle state BACKWARD_PRE): the parameters stay unsharded for the backward.
+  if (mode == Mode::replay && unit.backward_pre_done) return;
   if (!unit.root && reshard_after_forward) fsdp_reshard(u);
   if (mode == Mode::replay) return;
   unit.post_forward_order = post_forward_counter_++;
+  unit_by_post_forward_order_.push_back(u);
   // The pre-backward hook sits on the unit's outputs: it fires when their gradient arrives.
+  if (hook_run_end_ != tape_.size()) hook_run_begin_ = tape_.size();
   tape_.push_back([this, u]() { fsdp_pre_backward(u); });
+  hook_run_end_ = tape_.size();
 }
 
 void Planner::fsdp_pre_backward(int u) {
@@ -1281,8 +1350,10 @@ void Planner::run_iteration() {
   record.sync = sync_;
   result_.iterations.push_back(record);
   tape_.clear();
+  hook_run_end_ = SIZE_MAX;
   iteration_grad_ops_.clear();
   post_forward_counter_ = 0;
+  unit_by_post_forward_order_.clear();
   for (FsdpUnit& unit : units_) {
     unit.backward_pre_done = false;
     unit.prefetched = false;
@@ -1372,6 +1443,7 @@ PlanResult Planner::run() {
       report.params.push_back(prefix.empty() ? model_.params[p].fqn : model_.params[p].fqn.substr(prefix.size() + 1));
     report.initial = to_buckets(ddp, ddp.initial_buckets, ddp.initial_limits);
     if (ddp.rebuilt) report.rebuilt = to_buckets(ddp, ddp.buckets, ddp.limits);
+    report.rebuilt_at_iteration = ddp.rebuilt_at;
     // Compiled DDP (python_reducer): Inductor fuses the per-parameter all-reduces in backward order.
     std::vector<std::int64_t> bytes;
     for (int v : ddp.first_ready_order)

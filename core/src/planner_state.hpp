@@ -52,6 +52,7 @@ struct FsdpUnit {
 
 struct DdpInstance {
   int module = 0;
+  std::string where;  // the plan step that called replicate()
   ReplicateStep config;
   std::vector<int> dims;
   std::vector<int> params;  // model parameter indices in DDP variable order
@@ -60,6 +61,7 @@ struct DdpInstance {
   std::vector<std::vector<int>> initial_buckets;
   std::vector<std::int64_t> initial_limits;
   bool rebuilt = false;
+  int rebuilt_at = 0;                 // iteration whose forward rebuilt the buckets
   int synced_backwards = 0;
   std::vector<int> ready_order;       // recorded for the rebuild
   std::vector<int> first_ready_order; // first synced backward (compiled-DDP figure)

@@ -1,0 +1,454 @@
+// Property tests of the planner over random small models (nested Sequential containers of
+// Linear / ReLU / RMSNorm, as model documents) and random plans (replicate with random bucket
+// caps, find_unused_parameters, static_graph, comm hooks; fully_shard with random wrap policies,
+// strategies, mixed precision; optional tensor parallelism and checkpointing; 1-D and 2-D meshes).
+// Fixed seeds: the same cases run every time.
+//
+// Properties:
+//  * every trainable parameter has exactly one manager: one DDP instance (and then exactly one
+//    bucket of each of its layouts) or one FSDP unit;
+//  * bytes are conserved: each DDP layout's buckets add up to the instance's parameter bytes, and
+//    so do the bucket all-reduces of every synced iteration; FSDP collectives move N, W*S or S
+//    elements of their unit;
+//  * SPMD consistency: every rank issues the same (op, kind, bytes, group) sequence, each
+//    collective's group contains the planned rank and has the group's size, and a group computed
+//    from any of its members has the same members.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "planner_test_support.hpp"
+
+using namespace stratsim::core;
+using namespace stratsim::test;
+using nlohmann::json;
+
+namespace {
+
+class Random {
+ public:
+  explicit Random(std::uint32_t seed) : rng_(seed) {}
+  int uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }  // [lo, hi]
+  bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
+  template <typename T>
+  const T& pick(const std::vector<T>& items) {
+    return items[static_cast<std::size_t>(uniform(0, static_cast<int>(items.size()) - 1))];
+  }
+
+ private:
+  std::mt19937 rng_;
+};
+
+// ---- random models ------------------------------------------------------------------------------
+
+struct ModelGen {
+  Random& random;
+  std::int64_t width = 8;
+  int linears = 0;
+
+  json leaf(const std::string& name) {
+    const int kind = random.uniform(0, 5);
+    if (kind <= 2 || linears == 0) {  // Linear most of the time
+      const std::int64_t out = random.pick(std::vector<std::int64_t>{4, 8, 12, 16});
+      json layer = {{"name", name}, {"type", "Linear"}, {"in_features", width}, {"out_features", out}};
+      if (random.chance(0.25)) layer["bias"] = false;
+      width = out;
+      ++linears;
+      return layer;
+    }
+    if (kind == 3) return {{"name", name}, {"type", "RMSNorm"}, {"dim", width}};
+    return {{"name", name}, {"type", "ReLU"}};
+  }
+
+  json children(int depth) {
+    json list = json::array();
+    const int n = random.uniform(1, 3);
+    for (int i = 0; i < n; ++i) {
+      const std::string name = std::to_string(i);
+      if (depth < 3 && random.chance(0.35)) {
+        list.push_back({{"name", name}, {"type", "Sequential"}, {"children", children(depth + 1)}});
+      } else {
+        list.push_back(leaf(name));
+      }
+    }
+    return list;
+  }
+
+  json model() {
+    width = random.pick(std::vector<std::int64_t>{4, 8, 16});
+    linears = 0;
+    json doc = {{"name", "RandomNet"}, {"type", "Sequential"}, {"modules", children(0)}};
+    if (linears == 0) doc["modules"].push_back(leaf("tail"));
+    return doc;
+  }
+};
+
+// ---- random plans -------------------------------------------------------------------------------
+
+struct Case {
+  std::string plan_text;
+  std::string model_text;
+};
+
+// Modules of `model` (indices) that are not the root.
+std::vector<int> non_root_modules(const Model& model) {
+  std::vector<int> out;
+  for (int m = 1; m < static_cast<int>(model.modules.size()); ++m) out.push_back(m);
+  return out;
+}
+
+// Up to `count` pairwise disjoint (no ancestor relation) non-root subtrees.
+std::vector<int> disjoint_subtrees(const Model& model, Random& random, int count) {
+  std::vector<int> chosen;
+  std::vector<int> candidates = non_root_modules(model);
+  for (int attempt = 0; attempt < 8 && static_cast<int>(chosen.size()) < count && !candidates.empty(); ++attempt) {
+    const int m = random.pick(candidates);
+    bool ok = true;
+    for (int c : chosen) ok = ok && !model.in_subtree(m, c) && !model.in_subtree(c, m);
+    if (ok && model.subtree_numel(m) > 0) chosen.push_back(m);
+  }
+  return chosen;
+}
+
+json random_policy(Random& random) {
+  switch (random.uniform(0, 4)) {
+    case 0: return nullptr;
+    case 1: return {{"module_types", {"Linear"}}};
+    case 2: return {{"module_types", {"Sequential"}}};
+    case 3: return {{"module_types", {"Linear", "RMSNorm"}}};
+    default: return {{"min_num_params", random.uniform(10, 300)}};
+  }
+}
+
+json fully_shard_step(Random& random, const std::string& module, const json& mesh_dim, bool hybrid_ok) {
+  json body = {{"module", module}};
+  if (!mesh_dim.is_null()) body["mesh_dim"] = mesh_dim;
+  std::vector<std::string> strategies{"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"};
+  std::string strategy = random.pick(strategies);
+  if (hybrid_ok && random.chance(0.5)) strategy = random.chance(0.5) ? "HYBRID_SHARD" : "_HYBRID_SHARD_ZERO2";
+  body["strategy"] = strategy;
+  if (strategy == "HYBRID_SHARD" || strategy == "_HYBRID_SHARD_ZERO2") body["mesh_dim"] = {"rep", "shard"};
+  const json policy = random_policy(random);
+  if (!policy.is_null()) body["policy"] = policy;
+  if (random.chance(0.3)) body["use_orig_params"] = true;
+  if (random.chance(0.3)) {
+    body["mixed_precision"] = {{"param_dtype", "bfloat16"}};
+    if (random.chance(0.5)) body["mixed_precision"]["reduce_dtype"] = "float32";
+  }
+  if (random.chance(0.3)) body["backward_prefetch"] = random.chance(0.5) ? json(nullptr) : json("BACKWARD_POST");
+  if (random.chance(0.2)) body["forward_prefetch"] = true;
+  if (random.chance(0.2)) body["sync_module_states"] = true;
+  return {{"fully_shard", body}};
+}
+
+json replicate_step(Random& random, const std::string& module, const json& mesh_dim) {
+  json body = {{"module", module}};
+  if (!mesh_dim.is_null()) body["mesh_dim"] = mesh_dim;
+  const std::vector<double> caps{0, 0.0001, 0.0005, 0.001, 1, 25};  // 0: not given
+  const double cap = random.pick(caps);
+  if (cap > 0) body["bucket_cap_mb"] = cap;
+  if (random.chance(0.3)) body["find_unused_parameters"] = true;
+  if (random.chance(0.25)) body["static_graph"] = true;
+  if (random.chance(0.3)) body["gradient_as_bucket_view"] = true;
+  if (random.chance(0.2)) body["comm_hook"] = random.chance(0.5) ? "fp16_compress" : "bf16_compress";
+  return {{"replicate", body}};
+}
+
+Case random_case(Random& random) {
+  ModelGen gen{random};
+  const json model_doc = gen.model();
+  const Model model = model_from_json(model_doc);
+
+  json plan;
+  const int mesh_kind = random.uniform(0, 2);  // 1-D world; 2-D dp x tp; 2-D rep x shard
+  json data_dim = nullptr;
+  bool hybrid_ok = false, tp = false;
+  if (mesh_kind == 0) {
+    plan["world_size"] = random.pick(std::vector<int>{1, 2, 3, 4, 8});
+  } else {
+    const std::vector<std::vector<int>> shapes{{2, 2}, {2, 4}, {4, 2}, {3, 2}, {2, 3}};
+    const std::vector<int> shape = random.pick(shapes);
+    plan["world_size"] = shape[0] * shape[1];
+    if (mesh_kind == 1) {
+      plan["mesh"] = {{"shape", shape}, {"dim_names", {"dp", "tp"}}};
+      data_dim = "dp";
+      tp = random.chance(0.6);
+    } else {
+      plan["mesh"] = {{"shape", shape}, {"dim_names", {"rep", "shard"}}};
+      data_dim = random.chance(0.5) ? "rep" : "shard";
+      hybrid_ok = true;
+    }
+  }
+  plan["iterations"] = random.uniform(2, 4);
+  plan["batch_size"] = random.uniform(1, 4);
+  if (random.chance(0.3)) plan["gradient_accumulation_steps"] = 2;
+  plan["torch_version"] = random.chance(0.5) ? "2.4" : "2.5";
+  json steps = json::array();
+
+  if (tp) {
+    // Tensor parallelism on some Linear layers (parallelize_module comes first).
+    json entries = json::object();
+    for (const Module& m : model.modules)
+      if (m.leaf == LeafKind::linear && random.chance(0.5)) entries[m.fqn] = random.chance(0.5) ? "colwise" : "rowwise";
+    if (!entries.empty())
+      steps.push_back({{"parallelize_module", {{"module", ""}, {"mesh_dim", "tp"}, {"plan", entries}}}});
+  }
+
+  const bool ddp_root = random.chance(0.5);
+  const std::vector<int> subtrees = disjoint_subtrees(model, random, random.uniform(0, 2));
+  for (int m : subtrees) {
+    const std::string& fqn = model.modules[static_cast<std::size_t>(m)].fqn;
+    // replicate() may sit below fully_shard(); below replicate() only fully_shard() composes.
+    if (!ddp_root && random.chance(0.5)) steps.push_back(replicate_step(random, fqn, data_dim));
+    else steps.push_back(fully_shard_step(random, fqn, data_dim, hybrid_ok));
+  }
+  if (ddp_root) steps.push_back(replicate_step(random, "", data_dim));
+  else steps.push_back(fully_shard_step(random, "", data_dim, hybrid_ok));
+  if (random.chance(0.3)) {
+    const std::vector<int> candidates = non_root_modules(model);
+    steps.push_back({{"checkpoint", {{"module", model.modules[static_cast<std::size_t>(random.pick(candidates))].fqn}}}});
+  }
+  plan["steps"] = steps;
+  return {plan.dump(), model_doc.dump()};
+}
+
+// ---- checks ---------------------------------------------------------------------------------------
+
+int group_size_by_name(const Plan& plan, const std::string& name) {
+  if (name == "world") return plan.world_size;
+  int size = 1;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t plus = name.find('+', start);
+    const int dim = plan.mesh.dim_index(name.substr(start, plus - start));
+    EXPECT_GE(dim, 0) << name;
+    if (dim >= 0) size *= plan.mesh.dim_size(dim);
+    if (plus == std::string::npos) break;
+    start = plus + 1;
+  }
+  return size;
+}
+
+void check_managers(const Model& model, const PlanResult& r) {
+  for (const auto& [name, list] : managers(model, r)) EXPECT_EQ(list.size(), 1u) << name;
+}
+
+void check_ddp_layouts(const Model& model, const Plan& plan, const PlanResult& r, bool tensor_parallel) {
+  for (const DdpReport& ddp : r.ddp) {
+    SCOPED_TRACE("ddp " + ddp.module);
+    const std::string prefix = ddp.module.empty() ? "" : ddp.module + ".";
+    std::multiset<std::string> expected;
+    for (const std::string& name : ddp.params) expected.insert(prefix + name);
+    std::int64_t model_bytes = 0;
+    for (const std::string& name : expected) model_bytes += model.params[static_cast<std::size_t>(model.find_param(name))].bytes();
+
+    std::vector<const std::vector<DdpBucket>*> layouts{&ddp.initial, &ddp.compiled};
+    if (!ddp.rebuilt.empty()) layouts.push_back(&ddp.rebuilt);
+    std::int64_t total = -1;
+    for (const auto* layout : layouts) {
+      if (layout == &ddp.compiled && layout->empty()) continue;  // no synced backward: no compiled figure
+      std::multiset<std::string> seen;
+      std::multiset<int> indices;
+      std::int64_t bytes = 0;
+      for (const DdpBucket& bucket : *layout) {
+        EXPECT_FALSE(bucket.params.empty());
+        EXPECT_EQ(bucket.params.size(), bucket.indices.size());
+        seen.insert(bucket.params.begin(), bucket.params.end());
+        indices.insert(bucket.indices.begin(), bucket.indices.end());
+        bytes += bucket.bytes;
+      }
+      EXPECT_EQ(seen, expected);  // each parameter in exactly one bucket
+      std::multiset<int> all;
+      for (int i = 0; i < static_cast<int>(ddp.params.size()); ++i) all.insert(i);
+      EXPECT_EQ(indices, all);
+      if (total < 0) total = bytes;
+      EXPECT_EQ(bytes, total);  // every layout carries the same bytes
+    }
+    if (!tensor_parallel) {
+      EXPECT_EQ(total, model_bytes);
+    }
+
+    // Bucket all-reduces of each synced iteration carry exactly the instance's gradients.
+    const ReplicateStep* config = nullptr;
+    for (const PlanStep& step : plan.steps)
+      if (const auto* rep = std::get_if<ReplicateStep>(&step.body); rep && rep->module == ddp.module) config = rep;
+    ASSERT_NE(config, nullptr);
+    const bool compress = config->comm_hook == CommHook::fp16_compress || config->comm_hook == CommHook::bf16_compress;
+    for (const IterationRecord& it : r.iterations) {
+      Filter f = op("c10d.allreduce_", phase_of(Phase::backward), "ddp bucket");
+      f.module = ddp.module;
+      const auto ars = select(it, f);
+      std::int64_t bytes = 0;
+      for (const auto& c : ars) bytes += c.bytes;
+      if (!it.sync) {
+        EXPECT_TRUE(ars.empty()) << describe(it);
+      } else {
+        EXPECT_EQ(bytes, compress ? total / 2 : total) << describe(it);
+      }
+    }
+  }
+}
+
+void check_fsdp_units(const Model& model, const Plan& plan, const PlanResult& r, bool tensor_parallel) {
+  for (const FsdpUnitReport& unit : r.fsdp) {
+    SCOPED_TRACE("fsdp unit " + unit.module);
+    if (unit.params.empty()) continue;
+    std::int64_t numel = 0;
+    for (const std::string& name : unit.params) {
+      const auto& p = model.params[static_cast<std::size_t>(model.find_param(name))];
+      numel += p.numel();
+    }
+    if (!tensor_parallel) {
+      EXPECT_GE(unit.numel, numel);
+    }
+    const int world = group_size_by_name(plan, unit.group);
+    if (unit.strategy == ShardingStrategy::no_shard) {
+      EXPECT_EQ(unit.shard_numel, unit.numel);
+      EXPECT_EQ(unit.padded_numel, unit.numel);
+    } else {
+      EXPECT_EQ(unit.shard_numel, (unit.numel + world - 1) / world);
+      EXPECT_EQ(unit.padded_numel, unit.shard_numel * world);
+    }
+    for (const IterationRecord& it : r.iterations)
+      for (const CollectiveRecord& c : it.collectives) {
+        if (c.module != unit.module || c.reason.find("fsdp unit") == std::string::npos) continue;
+        const std::int64_t d = dtype_size(c.dtype);
+        if (c.op == "c10d._allgather_base_") {
+          EXPECT_EQ(c.bytes, unit.padded_numel * d) << describe(c);
+          EXPECT_EQ(c.input_bytes, unit.shard_numel * d);
+          EXPECT_EQ(c.group, unit.group);
+        } else if (c.op == "c10d._reduce_scatter_base_") {
+          EXPECT_EQ(c.bytes, unit.padded_numel * d) << describe(c);
+          EXPECT_EQ(c.output_bytes, unit.shard_numel * d);
+          EXPECT_EQ(c.group, unit.group);
+        } else if (c.op == "c10d.allreduce_") {
+          if (unit.strategy == ShardingStrategy::no_shard) {
+            EXPECT_EQ(c.bytes, unit.numel * d) << describe(c);
+          } else {
+            EXPECT_EQ(c.bytes, unit.shard_numel * d) << describe(c);  // HSDP: the sharded gradient
+            EXPECT_EQ(c.group, unit.replicate_group);
+          }
+        }
+        if (!it.sync) {
+          EXPECT_NE(c.op, "c10d._reduce_scatter_base_") << describe(c);
+        }
+      }
+  }
+}
+
+struct Signature {
+  int iteration;
+  std::string op;
+  CollectiveKind kind;
+  std::int64_t bytes;
+  std::string group;
+  bool operator==(const Signature&) const = default;
+};
+
+std::vector<Signature> signature(const PlanResult& r) {
+  std::vector<Signature> out;
+  for (const IterationRecord& it : r.iterations)
+    for (const CollectiveRecord& c : it.collectives) out.push_back({it.index, c.op, c.kind, c.bytes, c.group});
+  return out;
+}
+
+void check_ranks(const Model& model, const Plan& plan, const PlanResult& r0) {
+  std::vector<PlanResult> results;
+  for (int rank = 0; rank < plan.world_size; ++rank)
+    results.push_back(rank == 0 ? r0 : plan_training(model, plan, {rank, 0}));
+  const auto reference = signature(r0);
+  for (int rank = 0; rank < plan.world_size; ++rank) {
+    const PlanResult& r = results[static_cast<std::size_t>(rank)];
+    EXPECT_TRUE(signature(r) == reference) << "rank " << rank << " issues a different sequence";
+    ASSERT_EQ(r.group_ranks.size(), r.program.groups.size());
+    for (std::size_t g = 0; g < r.program.groups.size(); ++g) {
+      const auto& members = r.group_ranks[g];
+      EXPECT_EQ(static_cast<int>(members.size()), r.program.groups[g].size);
+      EXPECT_EQ(static_cast<int>(members.size()), group_size_by_name(plan, r.program.groups[g].name));
+      EXPECT_NE(std::find(members.begin(), members.end(), rank), members.end()) << "rank " << rank;
+      // Every member computes the same group.
+      for (int member : members) {
+        const PlanResult& other = results[static_cast<std::size_t>(member)];
+        ASSERT_LT(g, other.group_ranks.size());
+        EXPECT_EQ(other.group_ranks[g], members) << "group " << r.program.groups[g].name << " from ranks " << rank
+                                                 << " and " << member;
+      }
+    }
+    for (const IterationRecord& it : r.iterations)
+      for (const CollectiveRecord& c : it.collectives) {
+        ASSERT_GE(c.group_id, 0);
+        ASSERT_LT(static_cast<std::size_t>(c.group_id), r.group_ranks.size());
+        EXPECT_EQ(r.program.groups[static_cast<std::size_t>(c.group_id)].name, c.group);
+      }
+  }
+}
+
+}  // namespace
+
+TEST(PlannerProperties, RandomModelsAndPlans) {
+  Random random(20240611);
+  constexpr int kCases = 300;
+  int ddp_cases = 0, fsdp_cases = 0, tp_cases = 0, two_d = 0, rejected = 0;
+  for (int i = 0; i < kCases; ++i) {
+    const Case c = random_case(random);
+    SCOPED_TRACE("case " + std::to_string(i) + "\nmodel: " + c.model_text + "\nplan: " + c.plan_text);
+    const Model model = model_from_json(json::parse(c.model_text));
+    const Plan plan = plan_from_json(c.plan_text);
+    PlanResult r;
+    try {
+      r = plan_training(model, plan, {0, 0});
+    } catch (const PlanError& e) {
+      // PyTorch rejects replicate() of a module whose parameters all went to fully_shard.
+      const bool expected = std::string(e.what()).find("DistributedDataParallel is not needed") != std::string::npos;
+      EXPECT_TRUE(expected) << "the planner rejected a valid plan: " << e.what();
+      rejected += expected ? 1 : 0;
+      continue;
+    }
+    bool tensor_parallel = false;
+    for (const PlanStep& step : plan.steps) tensor_parallel = tensor_parallel || std::holds_alternative<ParallelizeStep>(step.body);
+    ddp_cases += r.ddp.empty() ? 0 : 1;
+    fsdp_cases += r.fsdp.empty() ? 0 : 1;
+    tp_cases += tensor_parallel ? 1 : 0;
+    two_d += plan.mesh.ndim() == 2 ? 1 : 0;
+
+    check_managers(model, r);
+    check_ddp_layouts(model, plan, r, tensor_parallel);
+    check_fsdp_units(model, plan, r, tensor_parallel);
+    check_ranks(model, plan, r);
+    if (HasFailure()) break;  // one readable failing case is enough
+  }
+  // The generator covers every family.
+  EXPECT_LT(rejected, kCases / 4);  // plans PyTorch refuses are checked for the error, not counted
+  EXPECT_GT(ddp_cases, kCases / 5);
+  EXPECT_GT(fsdp_cases, kCases / 5);
+  EXPECT_GT(tp_cases, kCases / 20);
+  EXPECT_GT(two_d, kCases / 5);
+}
+
+// The same properties on the zoo's seed models with hand-picked plans, so a failure names a model
+// everyone knows.
+TEST(PlannerProperties, SeedModelsOnTwoDimensionalMeshes) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"zoo:Net", R"({"world_size":8,"mesh":{"shape":[4,2],"dim_names":["dp","tp"]},"steps":[
+          {"parallelize_module":{"module":"","mesh_dim":"tp","plan":{"fc1":"colwise","fc2":"rowwise","fc3":"colwise","fc4":"rowwise"}}},
+          {"replicate":{"module":"","mesh_dim":"dp","bucket_cap_mb":10}}]})"},
+      {"zoo:CompositeParamModel", R"({"world_size":8,"mesh":{"shape":[2,4],"dim_names":["rep","shard"]},"steps":[
+          {"replicate":{"module":"u1","mesh_dim":"rep"}},
+          {"fully_shard":{"module":"","strategy":"HYBRID_SHARD","mesh_dim":["rep","shard"],"policy":{"module_types":["UnitModule"]}}}]})"},
+      {"zoo:CompositeModel", R"({"world_size":6,"mesh":{"shape":[3,2],"dim_names":["dp","tp"]},"gradient_accumulation_steps":2,"iterations":4,"steps":[
+          {"fully_shard":{"module":"u1","mesh_dim":"dp","strategy":"SHARD_GRAD_OP"}},
+          {"replicate":{"module":"","mesh_dim":"dp","find_unused_parameters":true}}]})"},
+  };
+  for (const auto& [model_spec, text] : cases) {
+    SCOPED_TRACE(model_spec);
+    const Model model = load_model(model_spec);
+    const Plan plan = plan_from_json(text);
+    const PlanResult r = plan_training(model, plan, {0, 0});
+    bool tensor_parallel = false;
+    for (const PlanStep& step : plan.steps) tensor_parallel = tensor_parallel || std::holds_alternative<ParallelizeStep>(step.body);
+    check_managers(model, r);
+    check_ddp_layouts(model, plan, r, tensor_parallel);
+    check_fsdp_units(model, plan, r, tensor_parallel);
+    check_ranks(model, plan, r);
+  }
+}
