@@ -114,6 +114,8 @@ class Planner {
   // tensor: tape_[hook_run_begin_, hook_run_end_), valid while hook_run_end_ == tape_.size().
   std::size_t hook_run_begin_ = 0, hook_run_end_ = SIZE_MAX;
   int last_compute_ = -1;
+  int last_optimizer_op_ = -1;
+  double last_linear_fraction_ = 1.0;  // local/global output width of the last Linear run
   int post_forward_counter_ = 0;
   std::vector<int> unit_by_post_forward_order_;  // this iteration: post-forward index -> unit
   std::vector<int> forward_unit_order_, first_forward_unit_order_;
@@ -806,13 +808,20 @@ void Planner::forward_leaf(int m, Activation& act, Mode mode) {
     const ParamState& weight = params_[module.params[0]];
     out_local = weight.local_shape[0];
     in_local = weight.local_shape[1];
+    last_linear_fraction_ = static_cast<double>(out_local) / static_cast<double>(module.out_features);
     input.shape.back() = in_local;
   } else if (module.leaf == LeafKind::embedding) {
     out_local = params_[module.params[0]].local_shape[1];
     input.requires_grad = false;
   } else if (module.leaf == LeafKind::rms_norm || module.leaf == LeafKind::layer_norm) {
     input.shape.back() = in_local = out_local = act.features();
-  } else if (module.dim > 0 && module.leaf != LeafKind::attention) {
+  } else if (module.leaf == LeafKind::attention) {
+    // Width of the attention core: its query heads, cut the way the projection before it was
+    // (tensor parallelism shards heads). The running width would be the fused qkv or the KV width.
+    const double fraction = last_linear_fraction_;
+    input.shape.back() = in_local = out_local =
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(module.heads * module.head_dim * fraction)));
+  } else if (module.dim > 0) {
     input.shape.back() = in_local = out_local = module.dim;
   }
   const LeafCost cost = leaf_cost(module, input, in_local, out_local);
@@ -832,10 +841,14 @@ void Planner::forward_leaf(int m, Activation& act, Mode mode) {
   act.requires_grad = (module.leaf == LeafKind::embedding ? false : had_grad) || own_grad;
   if (mode == Mode::replay) return;
 
-  tape_.push_back([this, m, cost, deps]() {
+  tape_.push_back([this, m, cost]() {
     const Module& mod = model_.modules[m];
     const std::string name = fmt::format("{}.backward", mod.fqn.empty() ? model_.name : mod.fqn);
-    const int op = emit_compute(name, m, Phase::backward, cost.op_class, cost.backward_flops, cost.backward_bytes, deps);
+    // Backward waits for the gather that is current now (pre-backward or prefetch), not the forward one.
+    std::vector<int> now;
+    for (int p : mod.params)
+      if (params_[p].fsdp_unit >= 0) now.push_back(units_[params_[p].fsdp_unit].all_gather_op);
+    const int op = emit_compute(name, m, Phase::backward, cost.op_class, cost.backward_flops, cost.backward_bytes, now);
     memory(-cost.saved_bytes, true);
     // AccumulateGrad order: autograd runs the bias's accumulation before the weight's (addmm feeds
     // bias directly, weight through TBackward), i.e. parameters in reverse registration order.
@@ -869,8 +882,10 @@ void Planner::forward_param_matmul(int p, Activation& act, Mode mode) {
   act.shape.back() = out;
   act.requires_grad = true;
   if (mode == Mode::replay) return;
-  tape_.push_back([this, p, m, flops, saved, input_grad, deps, base]() {
-    const int op = emit_compute(base + ".backward", m, Phase::backward, "gemm", flops * (input_grad ? 2 : 1), 0, deps);
+  tape_.push_back([this, p, m, flops, saved, input_grad, base]() {
+    std::vector<int> now;
+    if (params_[p].fsdp_unit >= 0) now.push_back(units_[params_[p].fsdp_unit].all_gather_op);
+    const int op = emit_compute(base + ".backward", m, Phase::backward, "gemm", flops * (input_grad ? 2 : 1), 0, now);
     memory(-saved, true);
     grad_ready(p, op);
   });
@@ -889,9 +904,19 @@ void Planner::tp_input_hook(int m, Activation& act, Mode mode) {
     return;
   }
   const bool colwise = tp.spec.style == TPStyle::colwise;
+  const Module& module = model_.modules[m];
   const Placement layout = tp.spec.input_layout.value_or(colwise ? Placement::replicate() : Placement::shard(-1));
-  const Placement desired = colwise ? Placement::replicate() : Placement::shard(-1);
+  // RowwiseParallel wants Shard(-1) for Linear but Replicate (token ids) for Embedding.
+  const Placement desired =
+      colwise || module.leaf == LeafKind::embedding ? Placement::replicate() : Placement::shard(-1);
   const int rank = act.rank();
+  if (module.leaf == LeafKind::linear) {
+    // Branching blocks (wq/wk/wv read the same input) make the running width unreliable: take
+    // the layer's in_features, local under a Shard(-1) input layout.
+    const Placement normalized = layout.normalized(rank);
+    const bool sharded_features = normalized.is_shard() && normalized.dim == rank - 1;
+    act.shape.back() = sharded_features ? ceil_div(module.in_features, size) : module.in_features;
+  }
   const Placement src = layout.normalized(rank), dst = desired.normalized(rank);
   const RedistributeOp forward_op = redistribute_op(src, dst, rank);
   Activation before = act;
@@ -1150,6 +1175,8 @@ int Planner::fsdp_all_gather(int u, Phase phase, const char* why) {
     deps.push_back(free_events_.front());
     free_events_.erase(free_events_.begin());
   }
+  // The shards it gathers are the ones the last optimizer step wrote.
+  deps.push_back(last_optimizer_op_);
   std::vector<std::string> names;
   for (int p : unit.params) names.push_back(model_.params[p].fqn);
   const std::string label = model_.modules[unit.module].fqn.empty() ? model_.name : model_.modules[unit.module].fqn;
@@ -1338,7 +1365,8 @@ void Planner::optimizer_step() {
     elements += static_cast<double>(unit.shard);
     bytes += unit.shard * dtype_size(unit.orig_dtype) * (3 + 2 * states);
   }
-  emit_compute("optimizer.step", 0, Phase::optimizer, "optimizer", per_element * elements, bytes, iteration_grad_ops_);
+  last_optimizer_op_ =
+      emit_compute("optimizer.step", 0, Phase::optimizer, "optimizer", per_element * elements, bytes, iteration_grad_ops_);
   // zero_grad(set_to_none=True)
   memory(-grad_bytes_, false, false, true);
 }
@@ -1451,7 +1479,8 @@ PlanResult Planner::run() {
     const std::int64_t cap = ddp.config.bucket_cap_mb ? static_cast<std::int64_t>(*ddp.config.bucket_cap_mb * kMiB) : kDefaultBucketBytesCap;
     for (auto [begin, end] : inductor_ddp_fusion(bytes, cap)) {
       std::vector<int> indices(ddp.first_ready_order.begin() + begin, ddp.first_ready_order.begin() + end);
-      report.compiled.push_back(to_buckets(ddp, {indices}, {cap}).front());
+      const std::int64_t threshold = report.compiled.empty() ? kMiB : cap;  // Inductor's first bucket: 1 MiB
+      report.compiled.push_back(to_buckets(ddp, {indices}, {threshold}).front());
     }
     result_.ddp.push_back(std::move(report));
   }
