@@ -118,9 +118,7 @@ class Planner {
   double last_linear_fraction_ = 1.0;  // local/global output width of the last Linear run
   int post_forward_counter_ = 0;
   std::vector<int> unit_by_post_forward_order_;  // this iteration: post-forward index -> unit
-  std::vector<int> forward_unit_order_, first_forward_unit_order_;
-  std::vector<int> backward_unit_order_;  // units by post-forward order, reversed at use
-  std::vector<int> pending_free_events_;  // limit_all_gathers rate limiter
+  std::vector<int> first_forward_unit_order_;  // forward_prefetch follows iteration 1's order
   std::vector<int> iteration_grad_ops_;   // collectives the optimizer waits for
   std::vector<int> pending_deps_;          // collectives the next compute op must wait for
   std::vector<std::vector<int>> partial_grad_dims_;  // replicated DTensor params with Partial grads
@@ -953,15 +951,8 @@ void Planner::tp_output_hook(int m, Activation& act, Mode mode) {
   const int size = mesh_.group_size(tp.dims);
   const std::string& fqn = model_.modules[m].fqn;
   if (tp.distributed) {
-    // Replicated parameters applied to a sharded input get Partial gradients; FSDP/replicate
-    // rebuild them with from_local(Replicate), whose backward all-reduces (Partial -> Replicate).
-    const bool sharded_input = tp.input_layout && tp.input_layout->is_shard();
-    if (!sharded_input || mode == Mode::replay) return;
-    std::vector<int> params;
-    for (int sub = m; sub < model_.modules[m].subtree_end; ++sub)
-      for (int p : model_.modules[sub].params)
-        if (model_.params[p].requires_grad) params.push_back(p);
-    (void)params;  // the reduction is issued from grad_ready (partial_grad_dims_)
+    // output_fn: to_local() costs nothing. The Partial gradients of its replicated parameters are
+    // all-reduced from grad_ready (partial_grad_dims_, set in apply_distribute).
     return;
   }
   const bool colwise = tp.spec.style == TPStyle::colwise;

@@ -23,6 +23,16 @@
 
 namespace stratsim::test {
 
+// The message of the PlanError `body` throws, or "" when it does not throw.
+inline std::string plan_error(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const core::PlanError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 using core::CollectiveRecord;
 using core::IterationRecord;
 using core::Model;

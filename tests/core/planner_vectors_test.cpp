@@ -38,15 +38,6 @@ V64 rebuild_broadcasts(const PlanResult& r, int it) {
   return bytes_of(select(iteration(r, it), op("c10d.broadcast_", kForward, "ddp rebuild")));
 }
 
-std::string plan_error(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const PlanError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // Sequential(Linear(10,10), ReLU, Linear(10,10)) (vector 15) and a single Linear(10,10) (14, 16, 17).
 Model seq_model() {
   return model_from_json({{"name", "Sequential"},

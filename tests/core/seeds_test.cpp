@@ -33,15 +33,6 @@ void expect_each_param_managed_once(const Model& model, const PlanResult& r) {
   }
 }
 
-std::string plan_error(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const PlanError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // Collective ops of the program in order, for one iteration, with their (op, bytes, reason).
 std::vector<std::string> program_order(const PlanResult& r, int it) {
   std::vector<std::string> out;
