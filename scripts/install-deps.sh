@@ -5,6 +5,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libsimgrid-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,4 +1,6 @@
-// stratsim: the command-line front end. Subcommands: plan, zoo.
+// stratsim: the command-line front end. Subcommands: plan, zoo here; simulate, platforms (sim/cli)
+// and others register through command.hpp.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -8,19 +10,18 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "command.hpp"
+
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/model_io.hpp"
 #include "stratsim/core/plan.hpp"
 #include "stratsim/core/planner.hpp"
 #include "stratsim/core/report.hpp"
 
-namespace {
+namespace stratsim::cli {
 
-using namespace stratsim::core;
-
-// Writes `text` to `path` all at once: a temporary file renamed into place, so a failure never
-// leaves a partial output behind.
 void write_atomically(const std::string& path, const std::string& text) {
+  using core::InputError;
   const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary, std::ios::binary);
@@ -35,6 +36,13 @@ void write_atomically(const std::string& path, const std::string& text) {
     throw InputError(fmt::format("{}: cannot write file", path));
   }
 }
+
+}  // namespace stratsim::cli
+
+namespace {
+
+using namespace stratsim::core;
+using stratsim::cli::write_atomically;
 
 struct PlanArgs {
   std::string model = "zoo:Net";
@@ -109,6 +117,11 @@ int main(int argc, char** argv) {
   CLI::App* zoo_cmd = app.add_subcommand("zoo", "List built-in models, or print one as a model document");
   zoo_cmd->add_option("name", zoo_name, "Model to print (zoo:NAME[:options])");
 
+  std::vector<stratsim::cli::Subcommand> layer_commands;
+  auto& registrars = stratsim::cli::registrars();
+  std::sort(registrars.begin(), registrars.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [name, registrar] : registrars) layer_commands.push_back(registrar(app));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -119,6 +132,8 @@ int main(int argc, char** argv) {
   try {
     if (plan->parsed()) return run_plan(plan_args);
     if (zoo_cmd->parsed()) return run_zoo(zoo_name);
+    for (const auto& command : layer_commands)
+      if (command.app->parsed()) return command.run();
   } catch (const InputError& error) {
     std::cerr << "stratsim: error: " << error.what() << "\n";
     return 2;

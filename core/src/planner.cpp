@@ -192,6 +192,7 @@ class Planner {
   LeafCost leaf_cost(const Module& m, const Activation& in, std::int64_t in_local, std::int64_t out_local) const;
 
   // --- emission ----------------------------------------------------------------------------------
+  DType compute_dtype(int module) const;
   int emit_compute(const std::string& name, int module, Phase phase, const std::string& op_class, double flops,
                    std::int64_t bytes, std::vector<int> deps = {});
   int emit_collective(CollectiveKind kind, const std::string& key, const std::vector<int>& dims, std::int64_t bytes,
@@ -550,6 +551,16 @@ void Planner::memory(std::int64_t delta, bool activation, bool unsharded, bool g
   }
 }
 
+// The dtype a module computes in: its FSDP unit's param_dtype under mixed precision, else the
+// parameters' dtype. The simulator picks the device's peak FLOP/s by it.
+DType Planner::compute_dtype(int module) const {
+  for (int a = module; a >= 0; a = model_.modules[a].parent) {
+    const int unit = unit_of_module_[a];
+    if (unit >= 0) return units_[unit].config.param_dtype.value_or(units_[unit].orig_dtype);
+  }
+  return act_dtype();
+}
+
 int Planner::emit_compute(const std::string& name, int module, Phase phase, const std::string& op_class, double flops,
                           std::int64_t bytes, std::vector<int> deps) {
   ProgramOp op;
@@ -560,6 +571,7 @@ int Planner::emit_compute(const std::string& name, int module, Phase phase, cons
   op.phase = phase;
   op.stream = 0;
   op.op_class = op_class;
+  op.dtype = compute_dtype(module);
   op.flops = flops;
   op.bytes_accessed = bytes;
   std::sort(deps.begin(), deps.end());

@@ -75,6 +75,7 @@ nlohmann::json program_to_json(const Program& program) {
       o["op_class"] = op.op_class;
       o["flops"] = op.flops;
       o["bytes"] = op.bytes_accessed;
+      o["dtype"] = dtype_name(op.dtype);
     } else {
       o["type"] = "collective";
       o["kind"] = collective_kind_name(op.kind);
@@ -154,6 +155,9 @@ Program program_from_json(const nlohmann::json& document, const std::string& ori
       op.op_class = o.get_string("op_class", "");
       op.flops = o.get_number("flops", 0);
       op.bytes_accessed = o.get_int("bytes", 0);
+      auto dtype = parse_dtype(o.get_string("dtype", "float32"));
+      if (!dtype) o.at("dtype").fail("unknown dtype");
+      op.dtype = *dtype;
     } else if (type == "collective") {
       op.type = OpType::collective;
       op.kind = parse_enum(o.at("kind"), kinds);

@@ -1,0 +1,34 @@
+// Subcommand registry of the stratsim binary. Each layer (sim, exec) defines its subcommands in
+// its own cli/ source with a static Register object, so core's main() lists them without
+// depending on the layers above it.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace stratsim::cli {
+
+// Adds a subcommand to `app` and returns the function that runs it once parsed (exit status).
+struct Subcommand {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+using Registrar = std::function<Subcommand(CLI::App& app)>;
+
+inline std::vector<std::pair<std::string, Registrar>>& registrars() {
+  static std::vector<std::pair<std::string, Registrar>> all;
+  return all;
+}
+
+struct Register {
+  Register(std::string name, Registrar registrar) { registrars().emplace_back(std::move(name), std::move(registrar)); }
+};
+
+// Writes `text` to `path` all at once: a temporary file renamed into place, so a failure never
+// leaves a partial output behind. Throws core::InputError.
+void write_atomically(const std::string& path, const std::string& text);
+
+}  // namespace stratsim::cli

@@ -1,0 +1,2 @@
+// stratsim simulate / stratsim platforms (filled in by the engine work).
+#include "command.hpp"

@@ -1,0 +1,73 @@
+// What a simulated (or measured) run means: step times, throughput, per rank and stream busy,
+// exposed and overlapped communication as Holistic Trace Analysis defines it, waits at
+// collectives, per-collective algbw/busbw, link utilisation. Pure functions of the result.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "stratsim/core/program.hpp"
+#include "stratsim/sim/simulator.hpp"
+
+namespace stratsim::sim {
+
+// What one step processes, for throughput (from the plan: batch per rank times data-parallel ranks).
+struct Workload {
+  double samples_per_step = 0;  // global batch per iteration
+  double tokens_per_sample = 0; // 0 for non-sequence models
+};
+
+struct StreamStats {
+  std::string stream;
+  double busy = 0;  // union of this stream's op intervals
+};
+
+struct RankStats {
+  std::vector<int> ranks;  // the ranks this simulated rank stands for
+  double compute = 0;      // union of compute-op intervals
+  double communication = 0;  // union of collective intervals (start..end)
+  double exposed_communication = 0;  // |union(comm) \ union(compute)|
+  double overlap = 0;      // HTA comp_comm_overlap: |comm ∩ compute| / |comm| (0 when no comm)
+  double idle = 0;         // makespan minus |union(compute) ∪ union(comm)|
+  double wait_at_collective = 0;  // sum over collectives of start - issue
+  std::vector<StreamStats> streams;
+};
+
+struct IterationStats {
+  int iteration = 1;
+  double start = 0, end = 0, step_time = 0;
+  double samples_per_second = 0, tokens_per_second = 0;
+  double model_tflops_per_device = 0;  // compute FLOPs of the iteration / step time / 1e12
+};
+
+struct CollectiveStats {
+  int op = 0;
+  std::string name;
+  core::CollectiveKind kind = core::CollectiveKind::all_reduce;
+  std::string group;  // "dp"
+  int instance = 0;
+  Algorithm algorithm = Algorithm::ring;
+  int group_size = 1;
+  double bytes = 0;
+  double start = 0, end = 0, duration = 0;
+  double algbw = 0, busbw = 0;  // bytes/s, nccl-tests definitions
+};
+
+struct Analysis {
+  std::vector<IterationStats> iterations;
+  std::vector<RankStats> ranks;  // per simulated rank
+  std::vector<CollectiveStats> collectives;
+  std::vector<LinkLoad> busiest_links;  // top 10 by utilisation
+  double makespan = 0;
+};
+
+Analysis analyse(const core::Program& program, const SimResult& result, const Workload& workload);
+
+// The text report of `stratsim simulate` and its --json form (documented in sim/README.md).
+std::string text_report(const core::Program& program, const SimResult& result, const Analysis& analysis);
+nlohmann::json json_report(const core::Program& program, const SimResult& result, const Analysis& analysis);
+
+}  // namespace stratsim::sim

@@ -1,0 +1,79 @@
+// Collective algorithms as traffic schedules. A schedule is a sequence of phases; a phase is a
+// set of concurrent flows between group members plus the number of latency steps (alpha terms)
+// it stands for. The simulator starts a phase's flows together as SimGrid comms, waits for all,
+// then adds (latency_steps - 1) * alpha of that phase, since SimGrid already charged one route
+// latency per flow. On an idle uniform platform that reproduces the alpha-beta closed forms of
+// simulators.md section 5 exactly; under load the flows contend like any other traffic.
+//
+// Byte conventions follow nccl-tests: n is the all-reduce buffer, the all-gather output, the
+// reduce-scatter input, the broadcast buffer, and the bytes each rank sends in all-to-all.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stratsim/core/program.hpp"
+
+namespace stratsim::sim {
+
+enum class Algorithm { automatic, ring, tree, recursive_halving_doubling, direct, hierarchical };
+
+std::string_view algorithm_name(Algorithm algorithm);  // "ring", "tree", "rhd", "direct", "hierarchical", "auto"
+std::optional<Algorithm> parse_algorithm(std::string_view text);
+
+struct Flow {
+  int src = 0;  // index into the group's member list
+  int dst = 0;
+  double bytes = 0;
+};
+
+struct SchedulePhase {
+  std::string label;  // "ring", "intra reduce-scatter", "step 3"
+  std::vector<Flow> flows;
+  int latency_steps = 1;  // alpha terms this phase represents (>= 1 when it has flows)
+};
+
+struct Schedule {
+  core::CollectiveKind kind = core::CollectiveKind::all_reduce;
+  Algorithm algorithm = Algorithm::ring;
+  std::vector<SchedulePhase> phases;
+};
+
+// member_nodes[i]: the node of member i (members in group order). Throws std::invalid_argument
+// when the algorithm does not implement the collective (tree has all_reduce and broadcast only).
+Schedule build_schedule(core::CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes,
+                        double bytes);
+bool implements(Algorithm algorithm, core::CollectiveKind kind);
+
+// Alpha-beta link costs the selector and the closed forms use: intra-node and inter-node.
+struct LinkCosts {
+  double alpha_intra = 0, beta_intra = 0;  // seconds, seconds per byte
+  double alpha_inter = 0, beta_inter = 0;
+};
+
+// Closed-form time on a uniform platform (every member pair alpha, beta; each member sends and
+// receives over its own link): the formulas of simulators.md section 5.
+double closed_form_time(core::CollectiveKind kind, Algorithm algorithm, int p, double bytes, double alpha,
+                        double beta);
+// Hierarchical closed form: m nodes of g members each, intra (alpha_i, beta_i), inter (alpha_e,
+// beta_e) with the g per-node shards travelling over g NICs in parallel.
+double hierarchical_closed_form_time(core::CollectiveKind kind, int g, int m, double bytes, const LinkCosts& costs);
+
+// Estimated idle-platform time of a schedule: for each phase, latency_steps * alpha plus the
+// largest per-member egress or ingress bytes times beta (intra or inter by the flow's nodes).
+double estimate_time(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs);
+
+// NCCL-like default: among the algorithms that implement `kind` for this group shape, the one with
+// the lowest estimate_time (ties: ring, tree, hierarchical, rhd, direct). Deterministic.
+Algorithm select_algorithm(core::CollectiveKind kind, const std::vector<int>& member_nodes, double bytes,
+                           const LinkCosts& costs);
+
+// nccl-tests bus-bandwidth factor: all_reduce 2(p-1)/p; all_gather, reduce_scatter, all_to_all
+// (p-1)/p; broadcast 1.
+double busbw_factor(core::CollectiveKind kind, int p);
+
+}  // namespace stratsim::sim

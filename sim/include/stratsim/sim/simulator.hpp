@@ -1,0 +1,81 @@
+// The simulator: runs a program on a platform with SimGrid and records when every op ran.
+//
+// Each simulated rank runs its program's streams as concurrent SimGrid actors; an op starts when it
+// is next on its stream and its cross-stream dependencies are done. A collective instance starts
+// only when every member has issued it (NCCL semantics), then runs its algorithm's schedule as
+// SimGrid flows that contend with every other flow in flight.
+//
+// Rank symmetry: a program is SPMD, so on identical devices every rank issues the same ops at the
+// same times. In representative mode one simulated rank stands for all ranks: it runs the compute
+// once, and each collective launches every group instance (all their flows, so contention between
+// groups is real) and waits for the slowest. Full mode simulates every rank (stragglers, per-rank
+// skew) and is exact; tests check both agree on symmetric inputs.
+//
+// SimGrid allows one engine per process, so simulate() runs the engine in a forked child and
+// reads the result back; it can be called any number of times.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "stratsim/core/program.hpp"
+#include "stratsim/sim/collective.hpp"
+#include "stratsim/sim/device.hpp"
+#include "stratsim/sim/platform.hpp"
+
+namespace stratsim::sim {
+
+enum class RankMode { automatic, representative, full };
+
+struct SimOptions {
+  RankMode mode = RankMode::automatic;  // automatic: representative unless stragglers are given
+  std::map<core::CollectiveKind, Algorithm> algorithms;  // overrides of the automatic selection
+  ComputeModel compute = ComputeModel::defaults();
+  std::map<int, double> stragglers;  // rank -> compute slowdown factor (>= 1); forces full mode
+  bool progress = false;             // draw a progress bar on stderr
+};
+
+// When one op ran on one simulated rank. For collectives: issue = the rank reached it on its
+// stream; start = the last member issued it; end = it completed (for this rank).
+struct OpTiming {
+  double issue = 0, start = 0, end = 0;
+};
+
+// One group instance of one collective op.
+struct CollectiveRun {
+  int op = 0;        // ProgramOp id
+  int instance = 0;  // which group of the op's mesh dims (DeviceMesh::group_index)
+  Algorithm algorithm = Algorithm::ring;
+  double bytes = 0;  // nccl-tests n
+  int group_size = 1;
+  double start = 0, end = 0;
+  std::vector<int> ranks;  // members, in group order
+};
+
+struct LinkLoad {
+  std::string name;
+  double bandwidth = 0;  // bytes/s
+  double bytes = 0;      // carried over the whole run
+  double utilisation = 0;  // bytes / (bandwidth * makespan)
+};
+
+struct SimResult {
+  RankMode mode = RankMode::representative;
+  std::string platform;                    // describe_platform()
+  int world_size = 1;
+  std::vector<std::vector<int>> simulated;  // simulated rank -> the ranks it stands for
+  std::vector<std::vector<OpTiming>> timings;  // [simulated rank][op id]
+  std::vector<CollectiveRun> collectives;      // in completion order of start time
+  std::vector<LinkLoad> links;                 // every link that carried bytes, by name
+  std::vector<double> iteration_end;           // [iteration - 1]: when the last op of it ended on any rank
+  double makespan = 0;
+  double wall_seconds = 0;  // host time the simulation took (not part of the deterministic output)
+  std::int64_t flows = 0;   // SimGrid comms started
+};
+
+// Throws core::InputError for impossible mappings (more ranks than devices) and bad platforms.
+SimResult simulate(const core::Program& program, const PlatformSpec& platform, const SimOptions& options = {});
+
+}  // namespace stratsim::sim
