@@ -1,2 +1,194 @@
-// stratsim simulate / stratsim platforms (filled in by the engine work).
+// stratsim simulate: plan a model, run the program on a modelled cluster, report and write traces.
+// stratsim platforms: list the built-in platforms, or describe one.
+#include <unistd.h>
+
+#include <cmath>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "command.hpp"
+#include "stratsim/core/errors.hpp"
+#include "stratsim/core/model_io.hpp"
+#include "stratsim/core/plan.hpp"
+#include "stratsim/core/planner.hpp"
+#include "stratsim/sim/analysis.hpp"
+#include "stratsim/sim/platform.hpp"
+#include "stratsim/sim/simulator.hpp"
+#include "stratsim/sim/trace.hpp"
+
+namespace stratsim::cli {
+namespace {
+
+using core::InputError;
+
+struct SimulateArgs {
+  std::string model = "zoo:Net";
+  std::string plan = "builtin:ddp";
+  std::string platform = "h100";
+  int iterations = 0;
+  bool json = false;
+  std::string output;
+  std::string trace;
+  std::string timeline;
+  std::vector<std::string> algorithms;  // kind=algorithm
+  std::string compute_model;
+  std::string ranks = "auto";
+  std::vector<std::string> stragglers;  // rank=factor
+  bool quiet = false;
+};
+
+std::map<core::CollectiveKind, sim::Algorithm> parse_algorithms(const std::vector<std::string>& items) {
+  static const std::map<std::string, core::CollectiveKind> kinds = {
+      {"all_reduce", core::CollectiveKind::all_reduce},       {"all_gather", core::CollectiveKind::all_gather},
+      {"reduce_scatter", core::CollectiveKind::reduce_scatter}, {"broadcast", core::CollectiveKind::broadcast},
+      {"all_to_all", core::CollectiveKind::all_to_all}};
+  std::map<core::CollectiveKind, sim::Algorithm> result;
+  for (const std::string& item : items) {
+    const auto eq = item.find('=');
+    const std::string kind = item.substr(0, eq), name = eq == std::string::npos ? "" : item.substr(eq + 1);
+    const auto k = kinds.find(kind);
+    if (eq == std::string::npos || k == kinds.end())
+      throw InputError(fmt::format("--algorithm {}: expected KIND=ALGORITHM with KIND one of all_reduce, all_gather, "
+                                   "reduce_scatter, broadcast, all_to_all",
+                                   item));
+    const auto algorithm = sim::parse_algorithm(name);
+    if (!algorithm)
+      throw InputError(fmt::format("--algorithm {}: unknown algorithm \"{}\" (expected auto, ring, tree, rhd, direct, "
+                                   "hierarchical)",
+                                   item, name));
+    if (*algorithm != sim::Algorithm::automatic && !sim::implements(*algorithm, k->second))
+      throw InputError(fmt::format("--algorithm {}: {} does not implement {}", item, name, kind));
+    result[k->second] = *algorithm;
+  }
+  return result;
+}
+
+std::map<int, double> parse_stragglers(const std::vector<std::string>& items) {
+  std::map<int, double> result;
+  for (const std::string& item : items) {
+    const auto eq = item.find('=');
+    try {
+      std::size_t used = 0;
+      if (eq == std::string::npos) throw std::invalid_argument(item);
+      const int rank = std::stoi(item.substr(0, eq), &used);
+      if (used != eq) throw std::invalid_argument(item);
+      const double factor = std::stod(item.substr(eq + 1), &used);
+      if (used != item.size() - eq - 1) throw std::invalid_argument(item);
+      result[rank] = factor;
+    } catch (const std::logic_error&) {
+      throw InputError(fmt::format("--straggler {}: expected RANK=FACTOR, e.g. 3=1.5 (rank 3 computes 1.5x slower)", item));
+    }
+  }
+  return result;
+}
+
+sim::RankMode parse_mode(const std::string& text) {
+  if (text == "auto") return sim::RankMode::automatic;
+  if (text == "representative") return sim::RankMode::representative;
+  if (text == "full") return sim::RankMode::full;
+  throw InputError(fmt::format("--ranks {}: expected auto, representative or full", text));
+}
+
+// Global samples per micro-step: the per-rank batch times the ranks that see distinct data (the
+// mesh dims no tensor-parallel step shards over).
+sim::Workload workload_of(const core::Model& model, const core::Plan& plan) {
+  std::set<std::string> tp_dims;
+  for (const core::PlanStep& step : plan.steps)
+    if (const auto* tp = std::get_if<core::ParallelizeStep>(&step.body))
+      tp_dims.insert(tp->mesh_dims.begin(), tp->mesh_dims.end());
+  int tp_size = 1;
+  for (const std::string& dim : tp_dims)
+    if (int d = plan.mesh.dim_index(dim); d >= 0) tp_size *= plan.mesh.dim_size(d);
+  sim::Workload workload;
+  workload.samples_per_step = static_cast<double>(plan.batch_size) * plan.world_size / tp_size;
+  workload.tokens_per_sample = static_cast<double>(plan.seq_len > 0 ? plan.seq_len : model.seq_len);
+  return workload;
+}
+
+int run_simulate(const SimulateArgs& args) {
+  const core::Model model = core::load_model(args.model);
+  const core::Plan plan = core::load_plan(args.plan);
+  const sim::PlatformSpec platform = sim::parse_platform(args.platform);
+  sim::SimOptions options;
+  options.algorithms = parse_algorithms(args.algorithms);
+  options.mode = parse_mode(args.ranks);
+  options.stragglers = parse_stragglers(args.stragglers);
+  if (!args.compute_model.empty()) options.compute.apply_overrides(args.compute_model);
+  options.progress = !args.quiet && ::isatty(STDERR_FILENO);
+  core::PlanOptions plan_options;
+  plan_options.iterations = args.iterations;
+  const core::PlanResult planned = core::plan_training(model, plan, plan_options);
+  const sim::SimResult result = sim::simulate(planned.program, platform, options);
+  const sim::Analysis analysis = sim::analyse(planned.program, result, workload_of(model, plan));
+
+  // Render everything before writing anything, then write all or nothing.
+  const std::string report = args.json ? sim::json_report(planned.program, result, analysis).dump(2) + "\n"
+                                       : sim::text_report(planned.program, result, analysis);
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!args.trace.empty()) files.emplace_back(args.trace, sim::chrome_trace(planned.program, result));
+  if (!args.timeline.empty()) files.emplace_back(args.timeline, sim::timeline_json(planned.program, result).dump() + "\n");
+  if (!args.output.empty()) files.emplace_back(args.output, report);
+  std::vector<std::string> written;
+  try {
+    for (const auto& [path, text] : files) {
+      write_atomically(path, text);
+      written.push_back(path);
+    }
+  } catch (const InputError&) {
+    for (const std::string& path : written) std::remove(path.c_str());
+    throw;
+  }
+  if (args.output.empty()) std::cout << report;
+  return 0;
+}
+
+int run_platforms(const std::string& name) {
+  if (!name.empty()) {
+    std::cout << sim::describe_platform(sim::parse_platform(name)) << "\n";
+    return 0;
+  }
+  std::cout << "Built-in platforms (use as --platform NAME or NAME:key=value,...; or a SimGrid .xml file, or a "
+               ".json/.yaml description):\n";
+  for (const sim::PresetInfo& preset : sim::platform_presets()) {
+    std::cout << fmt::format("  {:<8} {}\n", preset.name, preset.description);
+    if (!preset.options.empty()) std::cout << fmt::format("  {:<8}   options: {}\n", "", preset.options);
+  }
+  return 0;
+}
+
+const Register simulate_command("simulate", [](CLI::App& app) {
+  auto args = std::make_shared<SimulateArgs>();
+  CLI::App* cmd = app.add_subcommand("simulate", "Simulate the plan's training steps on a modelled cluster (SimGrid)");
+  cmd->add_option("--model", args->model, "Model file (JSON/YAML) or zoo:NAME[:key=value,...]")->capture_default_str();
+  cmd->add_option("--plan", args->plan, "Plan file (JSON/YAML) or builtin:NAME")->capture_default_str();
+  cmd->add_option("--platform", args->platform, "Platform: preset[:key=value,...], SimGrid .xml or .json/.yaml file (see `stratsim platforms`)")
+      ->capture_default_str();
+  cmd->add_option("--iterations", args->iterations, "Training micro-steps (default: the plan's, else 3)")->check(CLI::Range(1, 1000));
+  cmd->add_flag("--json", args->json, "Write the JSON report instead of text");
+  cmd->add_option("-o,--output", args->output, "Write the report to this file instead of standard output");
+  cmd->add_option("--trace", args->trace, "Write a Chrome-trace JSON timeline (Perfetto, chrome://tracing, HTA)");
+  cmd->add_option("--timeline", args->timeline, "Write the stratsim timeline JSON (the viewer's format)");
+  cmd->add_option("--algorithm", args->algorithms, "Force an algorithm: KIND=ring|tree|rhd|direct|hierarchical|auto (repeatable)");
+  cmd->add_option("--compute-model", args->compute_model, "JSON/YAML file overriding the roofline efficiencies per op class");
+  cmd->add_option("--ranks", args->ranks, "auto | representative (one simulated rank stands for all) | full (every rank)")
+      ->capture_default_str();
+  cmd->add_option("--straggler", args->stragglers, "RANK=FACTOR: that rank computes FACTOR times slower (repeatable; full mode)");
+  cmd->add_flag("--quiet", args->quiet, "No progress bar");
+  return Subcommand{cmd, [args] { return run_simulate(*args); }};
+});
+
+const Register platforms_command("platforms", [](CLI::App& app) {
+  auto name = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("platforms", "List the built-in platforms, or describe one");
+  cmd->add_option("name", *name, "Platform to describe (preset[:key=value,...] or file)");
+  return Subcommand{cmd, [name] { return run_platforms(*name); }};
+});
+
+}  // namespace
+}  // namespace stratsim::cli

@@ -70,4 +70,9 @@ Analysis analyse(const core::Program& program, const SimResult& result, const Wo
 std::string text_report(const core::Program& program, const SimResult& result, const Analysis& analysis);
 nlohmann::json json_report(const core::Program& program, const SimResult& result, const Analysis& analysis);
 
+// "12.345 ms": seconds with an SI prefix (s, ms, us, ns) and three decimals; "0 s" below 0.5 ps.
+std::string format_seconds(double seconds);
+// Compact rank list: "3", "0-1023", "0-3,8-11"; past max_ranges ranges it ends ",... (N ranks)".
+std::string describe_ranks(const std::vector<int>& ranks, std::size_t max_ranges = 4);
+
 }  // namespace stratsim::sim

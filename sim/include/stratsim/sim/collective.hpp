@@ -67,8 +67,10 @@ double hierarchical_closed_form_time(core::CollectiveKind kind, int g, int m, do
 // largest per-member egress or ingress bytes times beta (intra or inter by the flow's nodes).
 double estimate_time(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs);
 
-// NCCL-like default: among the algorithms that implement `kind` for this group shape, the one with
-// the lowest estimate_time (ties: ring, tree, hierarchical, rhd, direct). Deterministic.
+// NCCL-like default: among the algorithms NCCL would run for `kind` (all_reduce and broadcast:
+// ring, tree, hierarchical; all_gather and reduce_scatter: ring, hierarchical; all_to_all: ring,
+// hierarchical, direct up to 64 members) and that fit the group shape, the one with the lowest
+// estimate_time (ties in that order). rhd is never chosen automatically. Deterministic.
 Algorithm select_algorithm(core::CollectiveKind kind, const std::vector<int>& member_nodes, double bytes,
                            const LinkCosts& costs);
 

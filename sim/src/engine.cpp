@@ -1,0 +1,457 @@
+// The simulation proper: SimGrid actors execute the program's streams on the platform's hosts.
+//
+// One actor per (simulated rank, stream) walks that stream's ops in order. Before an op it waits
+// for the op's cross-stream dependencies on the same rank (a condition variable per rank, woken
+// whenever an op of that rank finishes). Compute ops take the roofline time; collectives go
+// through a rendezvous per (op, group instance): the last member to arrive runs the algorithm's
+// schedule as SimGrid flows, everyone else blocks until it completes. That is NCCL's behaviour:
+// a collective cannot progress before every member has launched it, so skew propagates.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+#include <simgrid/plugins/load.h>
+#include <simgrid/s4u.hpp>
+
+#include "engine.hpp"
+#include "stratsim/core/errors.hpp"
+
+namespace sg4 = simgrid::s4u;
+
+namespace stratsim::sim::detail {
+namespace {
+
+using core::CollectiveKind;
+using core::OpType;
+using core::Program;
+using core::ProgramOp;
+
+// A collective waiting for its members: created by the first arrival, run by the last.
+struct Rendezvous {
+  int arrived = 0;
+  int expected = 1;
+  bool done = false;
+  double start = 0, end = 0;
+  sg4::ConditionVariablePtr finished = sg4::ConditionVariable::create();
+};
+
+// Draws "[#####     ] 52% ops" on stderr at most five times a second.
+class ProgressBar {
+ public:
+  ProgressBar(bool enabled, std::int64_t total) : enabled_(enabled && total > 0), total_(total) {}
+  void advance() {
+    ++done_;
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (done_ != total_ && now - last_ < std::chrono::milliseconds(200)) return;
+    last_ = now;
+    const int width = 30;
+    const int filled = static_cast<int>(width * done_ / total_);
+    std::fprintf(stderr, "\rsimulating [%s%s] %3d%% (%lld/%lld ops, t=%.6f s)", std::string(filled, '#').c_str(),
+                 std::string(width - filled, ' ').c_str(), static_cast<int>(100 * done_ / total_),
+                 static_cast<long long>(done_), static_cast<long long>(total_), sg4::Engine::get_clock());
+    if (done_ == total_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  bool enabled_;
+  std::int64_t total_;
+  std::int64_t done_ = 0;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+class Simulation {
+ public:
+  Simulation(const Program& program, const PlatformSpec& platform, const SimOptions& options, BuiltPlatform built)
+      : program_(program),
+        platform_(platform),
+        options_(options),
+        built_(std::move(built)),
+        progress_(options.progress, 0) {}
+
+  SimResult run(RankMode mode);
+
+ private:
+  struct SimRank {
+    std::vector<int> ranks;  // the ranks it stands for
+    sg4::Host* host = nullptr;
+    double slowdown = 1.0;
+    std::vector<char> done;  // per op
+    std::vector<OpTiming> timings;
+    sg4::ConditionVariablePtr op_finished = sg4::ConditionVariable::create();
+  };
+
+  void layout_ranks(RankMode mode);
+  void measure_link_costs();
+  void run_stream(int sim_rank, int stream);
+  void wait_for_dependencies(SimRank& rank, const ProgramOp& op);
+  void run_compute(SimRank& rank, const ProgramOp& op);
+  void run_collective(int sim_rank, const ProgramOp& op);
+  std::vector<int> instances_of(const SimRank& rank, const ProgramOp& op) const;
+  int members_simulated(const ProgramOp& op, int instance) const;
+  void drive_instances(const ProgramOp& op, const std::vector<int>& instances);
+  void drive_instance(const ProgramOp& op, int instance);
+  const std::vector<int>& group_members(const ProgramOp& op, int instance);
+  double route_latency(sg4::Host* from, sg4::Host* to);
+  const Schedule& schedule_for(const ProgramOp& op, Algorithm algorithm, const std::vector<int>& member_nodes);
+  Algorithm algorithm_for(const ProgramOp& op, const std::vector<int>& member_nodes);
+  void finish_op(SimRank& rank, const ProgramOp& op, const OpTiming& timing);
+  SimResult collect(RankMode mode);
+
+  const Program& program_;
+  const PlatformSpec& platform_;
+  const SimOptions& options_;
+  BuiltPlatform built_;
+  ProgressBar progress_;
+
+  std::vector<SimRank> sim_ranks_;
+  std::vector<int> sim_rank_of_;  // rank -> simulated rank
+  std::vector<std::vector<int>> stream_ops_;
+  sg4::MutexPtr lock_ = sg4::Mutex::create();  // actors are cooperative; the lock only feeds the condition variables
+  std::map<std::pair<int, int>, std::unique_ptr<Rendezvous>> rendezvous_;
+  std::vector<CollectiveRun> runs_;
+  LinkCosts costs_;
+  std::map<std::pair<sg4::Host*, sg4::Host*>, double> latency_cache_;  // lookups only: pointer order is harmless
+  std::vector<std::vector<std::vector<int>>> groups_;  // per program group: every instance's ranks
+  std::map<std::tuple<int, int, double, std::vector<int>>, Schedule> schedule_cache_;
+  std::map<std::tuple<int, double, std::vector<int>>, Algorithm> algorithm_cache_;
+  std::int64_t flows_ = 0;
+};
+
+void Simulation::layout_ranks(RankMode mode) {
+  const int world = program_.world_size;
+  sim_rank_of_.assign(world, 0);
+  if (mode == RankMode::representative) {
+    SimRank rank;
+    for (int r = 0; r < world; ++r) rank.ranks.push_back(r);
+    sim_ranks_.push_back(std::move(rank));
+  } else {
+    for (int r = 0; r < world; ++r) {
+      SimRank rank;
+      rank.ranks = {r};
+      sim_rank_of_[r] = r;
+      sim_ranks_.push_back(std::move(rank));
+    }
+  }
+  for (SimRank& rank : sim_ranks_) {
+    rank.host = built_.devices[rank.ranks.front()];
+    if (auto it = options_.stragglers.find(rank.ranks.front()); it != options_.stragglers.end()) rank.slowdown = it->second;
+    rank.done.assign(program_.ops.size(), 0);
+    rank.timings.assign(program_.ops.size(), OpTiming{});
+  }
+}
+
+// Alpha-beta figures for the algorithm selector, read off the built platform: one route between
+// two devices of a node, one between devices of different nodes.
+void Simulation::measure_link_costs() {
+  auto route_cost = [](sg4::Host* a, sg4::Host* b, double& alpha, double& beta) {
+    std::vector<sg4::Link*> links;
+    double latency = 0;
+    a->route_to(b, links, &latency);
+    double bandwidth = 0;
+    for (sg4::Link* link : links) bandwidth = bandwidth == 0 ? link->get_bandwidth() : std::min(bandwidth, link->get_bandwidth());
+    alpha = latency;
+    beta = bandwidth > 0 ? 1.0 / bandwidth : 0;
+  };
+  const auto& devices = built_.devices;
+  bool intra = false, inter = false;
+  for (std::size_t i = 1; i < devices.size() && !(intra && inter); ++i) {
+    if (!intra && built_.node_of[i] == built_.node_of[0]) {
+      route_cost(devices[0], devices[i], costs_.alpha_intra, costs_.beta_intra);
+      intra = true;
+    } else if (!inter && built_.node_of[i] != built_.node_of[0]) {
+      route_cost(devices[0], devices[i], costs_.alpha_inter, costs_.beta_inter);
+      inter = true;
+    }
+  }
+  if (!intra) costs_.alpha_intra = costs_.alpha_inter, costs_.beta_intra = costs_.beta_inter;
+  if (!inter) costs_.alpha_inter = costs_.alpha_intra, costs_.beta_inter = costs_.beta_intra;
+}
+
+SimResult Simulation::run(RankMode mode) {
+  layout_ranks(mode);
+  measure_link_costs();
+  stream_ops_.assign(program_.streams.size(), {});
+  for (const ProgramOp& op : program_.ops) stream_ops_[op.stream].push_back(op.id);
+  progress_ = ProgressBar(options_.progress, static_cast<std::int64_t>(sim_ranks_.size() * program_.ops.size()));
+  for (int s = 0; s < static_cast<int>(sim_ranks_.size()); ++s)
+    for (int stream = 0; stream < static_cast<int>(program_.streams.size()); ++stream) {
+      if (stream_ops_[stream].empty()) continue;
+      sg4::Actor::create(fmt::format("rank{}.{}", sim_ranks_[s].ranks.front(), program_.streams[stream]),
+                         sim_ranks_[s].host, [this, s, stream] { run_stream(s, stream); });
+    }
+  sg4::Engine::get_instance()->run();
+  return collect(mode);
+}
+
+void Simulation::run_stream(int sim_rank, int stream) {
+  SimRank& rank = sim_ranks_[sim_rank];
+  for (int id : stream_ops_[stream]) {
+    const ProgramOp& op = program_.ops[id];
+    wait_for_dependencies(rank, op);
+    if (op.type == OpType::compute) run_compute(rank, op);
+    else run_collective(sim_rank, op);
+  }
+}
+
+void Simulation::wait_for_dependencies(SimRank& rank, const ProgramOp& op) {
+  std::unique_lock<sg4::Mutex> lock(*lock_);
+  for (int dep : op.deps)
+    while (!rank.done[dep]) rank.op_finished->wait(lock);
+}
+
+void Simulation::run_compute(SimRank& rank, const ProgramOp& op) {
+  OpTiming timing;
+  timing.issue = timing.start = sg4::Engine::get_clock();
+  const double duration = options_.compute.duration(op, platform_.device) * rank.slowdown;
+  if (duration > 0) sg4::this_actor::sleep_for(duration);
+  timing.end = sg4::Engine::get_clock();
+  finish_op(rank, op, timing);
+}
+
+// The group instances this simulated rank takes part in: its own in full mode, all of them in
+// representative mode (it stands for every rank).
+std::vector<int> Simulation::instances_of(const SimRank& rank, const ProgramOp& op) const {
+  const auto& dims = program_.groups[op.group].mesh_dims;
+  std::vector<int> instances;
+  if (rank.ranks.size() == 1) {
+    instances.push_back(program_.mesh.group_index(rank.ranks.front(), dims));
+    return instances;
+  }
+  const int count = program_.world_size / program_.mesh.group_size(dims);
+  for (int i = 0; i < count; ++i) instances.push_back(i);
+  return instances;
+}
+
+// How many simulated ranks must arrive before the instance can start.
+int Simulation::members_simulated(const ProgramOp& op, int instance) const {
+  if (sim_ranks_.size() == 1) return 1;
+  (void)instance;
+  return program_.mesh.group_size(program_.groups[op.group].mesh_dims);
+}
+
+void Simulation::run_collective(int sim_rank, const ProgramOp& op) {
+  SimRank& rank = sim_ranks_[sim_rank];
+  OpTiming timing;
+  timing.issue = sg4::Engine::get_clock();
+  const std::vector<int> instances = instances_of(rank, op);
+  std::vector<int> to_drive;
+  for (int instance : instances) {
+    auto& slot = rendezvous_[{op.id, instance}];
+    if (!slot) {
+      slot = std::make_unique<Rendezvous>();
+      slot->expected = members_simulated(op, instance);
+    }
+    if (++slot->arrived == slot->expected) to_drive.push_back(instance);
+  }
+  if (!to_drive.empty()) drive_instances(op, to_drive);
+  double start = 0, end = 0;
+  for (int instance : instances) {
+    Rendezvous& slot = *rendezvous_.at({op.id, instance});
+    {
+      std::unique_lock<sg4::Mutex> lock(*lock_);
+      while (!slot.done) slot.finished->wait(lock);
+    }
+    start = std::max(start, slot.start);
+    end = std::max(end, slot.end);
+    if (--slot.arrived == 0) rendezvous_.erase({op.id, instance});
+  }
+  timing.start = start;
+  timing.end = end;
+  finish_op(rank, op, timing);
+}
+
+// Runs several instances at once: one actor each so their flows share the network concurrently,
+// then waits for all of them.
+void Simulation::drive_instances(const ProgramOp& op, const std::vector<int>& instances) {
+  if (instances.size() == 1) {
+    drive_instance(op, instances.front());
+    return;
+  }
+  std::vector<sg4::ActorPtr> drivers;
+  drivers.reserve(instances.size());
+  for (int instance : instances) {
+    sg4::Host* host = built_.devices[group_members(op, instance).front()];
+    drivers.push_back(sg4::Actor::create(fmt::format("op{}.g{}", op.id, instance), host,
+                                         [this, &op, instance] { drive_instance(op, instance); }));
+  }
+  for (const sg4::ActorPtr& driver : drivers) driver->join();
+}
+
+const std::vector<int>& Simulation::group_members(const ProgramOp& op, int instance) {
+  if (groups_.empty()) groups_.resize(program_.groups.size());
+  auto& instances = groups_[op.group];
+  if (instances.empty()) instances = program_.mesh.all_groups(program_.groups[op.group].mesh_dims);
+  return instances.at(instance);
+}
+
+double Simulation::route_latency(sg4::Host* from, sg4::Host* to) {
+  auto [it, inserted] = latency_cache_.try_emplace({from, to}, 0.0);
+  if (inserted) {
+    std::vector<sg4::Link*> links;
+    from->route_to(to, links, &it->second);
+  }
+  return it->second;
+}
+
+Algorithm Simulation::algorithm_for(const ProgramOp& op, const std::vector<int>& member_nodes) {
+  if (auto it = options_.algorithms.find(op.kind); it != options_.algorithms.end() && it->second != Algorithm::automatic)
+    return it->second;
+  auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<double>(op.bytes), member_nodes);
+  auto it = algorithm_cache_.find(key);
+  if (it == algorithm_cache_.end())
+    it = algorithm_cache_.emplace(key, select_algorithm(op.kind, member_nodes, static_cast<double>(op.bytes), costs_)).first;
+  return it->second;
+}
+
+const Schedule& Simulation::schedule_for(const ProgramOp& op, Algorithm algorithm, const std::vector<int>& member_nodes) {
+  auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<int>(algorithm), static_cast<double>(op.bytes),
+                             member_nodes);
+  auto it = schedule_cache_.find(key);
+  if (it == schedule_cache_.end()) {
+    try {
+      it = schedule_cache_.emplace(key, build_schedule(op.kind, algorithm, member_nodes, static_cast<double>(op.bytes)))
+               .first;
+    } catch (const std::invalid_argument& error) {
+      throw core::InputError(fmt::format("{} (op {} \"{}\")", error.what(), op.id, op.name));
+    }
+  }
+  return it->second;
+}
+
+// One group instance: the launch overhead, then each phase's flows together, then the phase's
+// remaining latency steps.
+void Simulation::drive_instance(const ProgramOp& op, int instance) {
+  const std::vector<int>& members = group_members(op, instance);
+  std::vector<sg4::Host*> hosts;
+  std::vector<int> member_nodes;
+  for (int rank : members) {
+    hosts.push_back(built_.devices[rank]);
+    member_nodes.push_back(built_.node_of[rank]);
+  }
+  Rendezvous& slot = *rendezvous_.at({op.id, instance});
+  slot.start = sg4::Engine::get_clock();
+  const Algorithm algorithm = members.size() > 1 ? algorithm_for(op, member_nodes) : Algorithm::ring;
+  if (platform_.collective_overhead > 0) sg4::this_actor::sleep_for(platform_.collective_overhead);
+  if (members.size() > 1) {
+    const Schedule& schedule = schedule_for(op, algorithm, member_nodes);
+    for (const SchedulePhase& phase : schedule.phases) {
+      std::vector<sg4::CommPtr> comms;
+      comms.reserve(phase.flows.size());
+      double alpha = 0;
+      for (const Flow& flow : phase.flows) {
+        // Schedules split buffers evenly, so a tiny buffer over many ranks gives sub-byte flows;
+        // SimGrid 3.32 serialises zero-byte comms, so every flow carries at least one byte.
+        const auto bytes = static_cast<std::uint64_t>(std::max<long long>(1, std::llround(flow.bytes)));
+        comms.push_back(sg4::Comm::sendto_async(hosts[flow.src], hosts[flow.dst], bytes));
+        if (phase.latency_steps > 1) alpha = std::max(alpha, route_latency(hosts[flow.src], hosts[flow.dst]));
+      }
+      flows_ += static_cast<std::int64_t>(comms.size());
+      sg4::Comm::wait_all(comms);
+      if (phase.latency_steps > 1) sg4::this_actor::sleep_for((phase.latency_steps - 1) * alpha);
+    }
+  }
+  slot.end = sg4::Engine::get_clock();
+  CollectiveRun run;
+  run.op = op.id;
+  run.instance = instance;
+  run.algorithm = algorithm;
+  run.bytes = static_cast<double>(op.bytes);
+  run.group_size = static_cast<int>(members.size());
+  run.start = slot.start;
+  run.end = slot.end;
+  run.ranks = members;
+  runs_.push_back(std::move(run));
+  std::unique_lock<sg4::Mutex> lock(*lock_);
+  slot.done = true;
+  slot.finished->notify_all();
+}
+
+void Simulation::finish_op(SimRank& rank, const ProgramOp& op, const OpTiming& timing) {
+  rank.timings[op.id] = timing;
+  {
+    std::unique_lock<sg4::Mutex> lock(*lock_);
+    rank.done[op.id] = 1;
+    rank.op_finished->notify_all();
+  }
+  progress_.advance();
+}
+
+SimResult Simulation::collect(RankMode mode) {
+  SimResult result;
+  result.mode = mode;
+  result.platform = describe_platform(platform_);
+  result.world_size = program_.world_size;
+  for (SimRank& rank : sim_ranks_) {
+    for (std::size_t i = 0; i < rank.done.size(); ++i)
+      if (!rank.done[i])
+        throw core::InputError(fmt::format("the program deadlocked: op {} \"{}\" of rank {} never ran", i,
+                                           program_.ops[i].name, rank.ranks.front()));
+    result.simulated.push_back(rank.ranks);
+    result.timings.push_back(std::move(rank.timings));
+  }
+  result.iteration_end.assign(std::max(program_.iterations, 1), 0.0);
+  for (const auto& timings : result.timings)
+    for (const ProgramOp& op : program_.ops) {
+      if (op.iteration < 1 || op.iteration > static_cast<int>(result.iteration_end.size())) continue;
+      double& end = result.iteration_end[op.iteration - 1];
+      end = std::max(end, timings[op.id].end);
+    }
+  for (std::size_t i = 1; i < result.iteration_end.size(); ++i)
+    result.iteration_end[i] = std::max(result.iteration_end[i], result.iteration_end[i - 1]);
+  result.makespan = sg4::Engine::get_clock();
+  std::sort(runs_.begin(), runs_.end(), [](const CollectiveRun& a, const CollectiveRun& b) {
+    return std::tie(a.start, a.op, a.instance) < std::tie(b.start, b.op, b.instance);
+  });
+  result.collectives = std::move(runs_);
+  for (sg4::Link* link : built_.links) {
+    const double bytes = sg_link_get_cum_load(link);
+    if (bytes <= 0) continue;
+    LinkLoad load;
+    load.name = link->get_name();
+    load.bandwidth = link->get_bandwidth();
+    load.bytes = bytes;
+    load.utilisation = result.makespan > 0 ? bytes / (load.bandwidth * result.makespan) : 0;
+    result.links.push_back(std::move(load));
+  }
+  std::sort(result.links.begin(), result.links.end(), [](const LinkLoad& a, const LinkLoad& b) { return a.name < b.name; });
+  result.flows = flows_;
+  return result;
+}
+
+}  // namespace
+
+RankMode effective_mode(const SimOptions& options) {
+  if (options.mode != RankMode::automatic) return options.mode;
+  return options.stragglers.empty() ? RankMode::representative : RankMode::full;
+}
+
+SimResult run_engine(const Program& program, const PlatformSpec& platform, const SimOptions& options) {
+  int argc = 1;
+  char name[] = "stratsim-simulate";
+  char* argv[] = {name, nullptr};
+  sg4::Engine engine(&argc, argv);
+  configure_simgrid(engine);
+  // Actors need little stack; small stacks without guard pages let full mode run tens of
+  // thousands of them (simulators.md 4.7: vm.max_map_count otherwise).
+  engine.set_config("contexts/stack-size:128");
+  engine.set_config("contexts/guard-size:0");
+  sg_link_load_plugin_init();
+  BuiltPlatform built = build_platform(platform);
+  if (static_cast<int>(built.devices.size()) < program.world_size)
+    throw core::InputError(fmt::format("platform \"{}\" has {} devices but the plan needs {} ranks (one rank per device)",
+                                       platform.name, built.devices.size(), program.world_size));
+  for (sg4::Link* link : built.links) sg_link_load_track(link);
+  Simulation simulation(program, platform, options, std::move(built));
+  return simulation.run(effective_mode(options));
+}
+
+}  // namespace stratsim::sim::detail

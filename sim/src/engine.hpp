@@ -1,0 +1,21 @@
+// The SimGrid side of simulate(): runs inside the simulation process (one engine per process).
+#pragma once
+
+#include "stratsim/core/program.hpp"
+#include "stratsim/sim/platform.hpp"
+#include "stratsim/sim/simulator.hpp"
+
+namespace stratsim::sim::detail {
+
+// Resolves the rank mode: representative unless stragglers ask for per-rank behaviour.
+RankMode effective_mode(const SimOptions& options);
+
+// Creates the SimGrid engine, builds the platform, runs the program and returns the timings.
+// Throws core::InputError for impossible mappings. Must be called at most once per process.
+SimResult run_engine(const core::Program& program, const PlatformSpec& platform, const SimOptions& options);
+
+// A compact binary form of SimResult for the pipe between the simulation process and its parent.
+std::string serialize(const SimResult& result);
+SimResult deserialize(const std::string& bytes);
+
+}  // namespace stratsim::sim::detail

@@ -1,0 +1,214 @@
+// The report of `stratsim simulate`: a terminal text form and a deterministic JSON form
+// ("stratsim.simulation" v1, documented in sim/README.md). Both only format an Analysis; the JSON
+// leaves out host wall time so that two runs of the same input give byte-identical output.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
+
+#include "stratsim/sim/analysis.hpp"
+
+namespace stratsim::sim {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::size_t kRanksShown = 8;  // the text report lists this many simulated ranks
+
+std::string mode_name(RankMode mode) {
+  switch (mode) {
+    case RankMode::automatic: return "automatic";
+    case RankMode::representative: return "representative";
+    case RankMode::full: return "full";
+  }
+  return "?";
+}
+
+// 1234567 -> "1.235 M": throughput figures span many orders of magnitude.
+std::string si(double value) {
+  const double magnitude = std::fabs(value);
+  if (magnitude >= 1e12) return fmt::format("{:.3f} T", value / 1e12);
+  if (magnitude >= 1e9) return fmt::format("{:.3f} G", value / 1e9);
+  if (magnitude >= 1e6) return fmt::format("{:.3f} M", value / 1e6);
+  if (magnitude >= 1e3) return fmt::format("{:.3f} k", value / 1e3);
+  return fmt::format("{:.3f} ", value);
+}
+
+std::string mode_line(const SimResult& result) {
+  if (result.mode == RankMode::representative)
+    return fmt::format("mode: representative (1 simulated rank stands for all {} ranks)", result.world_size);
+  return fmt::format("mode: {} ({} simulated ranks of {})", mode_name(result.mode), result.simulated.size(),
+                     result.world_size);
+}
+
+void iteration_section(std::string& out, const Analysis& analysis) {
+  out += "\niterations:\n";
+  out += fmt::format("  {:>5}  {:>12}  {:>16}  {:>16}  {:>14}\n", "iter", "step time", "samples/s", "tokens/s",
+                     "TFLOP/s/device");
+  for (const IterationStats& it : analysis.iterations)
+    out += fmt::format("  {:>5}  {:>12}  {:>16}  {:>16}  {:>14.3f}\n", it.iteration, format_seconds(it.step_time),
+                       si(it.samples_per_second), it.tokens_per_second > 0 ? si(it.tokens_per_second) : "-",
+                       it.model_tflops_per_device);
+  // The first iteration carries warm-up (first gathers, empty pipelines); the rest is steady state.
+  if (analysis.iterations.size() > 2) {
+    double total = 0;
+    for (std::size_t i = 1; i < analysis.iterations.size(); ++i) total += analysis.iterations[i].step_time;
+    out += fmt::format("  mean step time of iterations 2-{}: {}\n", analysis.iterations.size(),
+                       format_seconds(total / static_cast<double>(analysis.iterations.size() - 1)));
+  }
+}
+
+void rank_section(std::string& out, const Analysis& analysis) {
+  out += "\nper simulated rank:\n";
+  out += fmt::format("  {:<16}  {:>12}  {:>12}  {:>12}  {:>8}  {:>12}  {:>12}\n", "ranks", "compute", "comm", "exposed",
+                     "overlap", "idle", "wait");
+  for (std::size_t i = 0; i < analysis.ranks.size(); ++i) {
+    if (i == kRanksShown) {
+      out += fmt::format("  ... ({} more)\n", analysis.ranks.size() - kRanksShown);
+      break;
+    }
+    const RankStats& r = analysis.ranks[i];
+    out +=
+        fmt::format("  {:<16}  {:>12}  {:>12}  {:>12}  {:>7.1f}%  {:>12}  {:>12}\n", describe_ranks(r.ranks, 2),
+                    format_seconds(r.compute), format_seconds(r.communication), format_seconds(r.exposed_communication),
+                    r.overlap * 100, format_seconds(r.idle), format_seconds(r.wait_at_collective));
+    std::string streams;
+    for (const StreamStats& s : r.streams)
+      streams += fmt::format("{}{} {}", streams.empty() ? "" : ", ", s.stream, format_seconds(s.busy));
+    out += "    stream busy: " + streams + "\n";
+  }
+}
+
+// One row per (kind, group, algorithm): the simulated collectives, summed over ops and instances.
+struct CollectiveRow {
+  std::set<int> ops;
+  int runs = 0;
+  double bytes = 0, time = 0, busbw_sum = 0;
+  int timed = 0;  // runs with a non-zero duration, over which busbw is averaged
+};
+
+void collective_section(std::string& out, const Analysis& analysis) {
+  using Key = std::tuple<std::string, std::string, std::string>;
+  std::map<Key, CollectiveRow> rows;
+  for (const CollectiveStats& c : analysis.collectives) {
+    CollectiveRow& row =
+        rows[{std::string(core::collective_kind_name(c.kind)), c.group, std::string(algorithm_name(c.algorithm))}];
+    row.ops.insert(c.op);
+    ++row.runs;
+    row.bytes += c.bytes;
+    row.time += c.duration;
+    if (c.duration > 0) {
+      row.busbw_sum += c.busbw;
+      ++row.timed;
+    }
+  }
+  std::vector<std::pair<Key, CollectiveRow>> sorted(rows.begin(), rows.end());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second.time > b.second.time; });
+  out += "\ncollectives (instances summed):\n";
+  out += fmt::format("  {:<15}  {:<10}  {:<12}  {:>6}  {:>8}  {:>12}  {:>12}  {:>14}\n", "kind", "group", "algorithm",
+                     "ops", "runs", "total time", "mean time", "mean busbw");
+  for (const auto& [key, row] : sorted) {
+    const auto& [kind, group, algorithm] = key;
+    const double mean_busbw = row.timed ? row.busbw_sum / row.timed : 0.0;
+    out += fmt::format("  {:<15}  {:<10}  {:<12}  {:>6}  {:>8}  {:>12}  {:>12}  {:>9.2f} GB/s\n", kind, group,
+                       algorithm, row.ops.size(), row.runs, format_seconds(row.time),
+                       format_seconds(row.time / row.runs), mean_busbw / 1e9);
+  }
+  if (rows.empty()) out += "  (none)\n";
+}
+
+void link_section(std::string& out, const Analysis& analysis) {
+  out += "\nbusiest links:\n";
+  for (const LinkLoad& link : analysis.busiest_links)
+    out += fmt::format("  {:<32}  {:>9.2f} GB/s  {:>12}B  {:>6.1f}%\n", link.name, link.bandwidth / 1e9, si(link.bytes),
+                       link.utilisation * 100);
+  if (analysis.busiest_links.empty()) out += "  (none)\n";
+}
+
+json iteration_json(const IterationStats& it) {
+  return {{"iteration", it.iteration},
+          {"start_s", it.start},
+          {"end_s", it.end},
+          {"step_time_s", it.step_time},
+          {"samples_per_s", it.samples_per_second},
+          {"tokens_per_s", it.tokens_per_second},
+          {"model_tflops_per_device", it.model_tflops_per_device}};
+}
+
+json rank_json(const RankStats& r) {
+  json streams = json::object();
+  for (const StreamStats& s : r.streams) streams[s.stream] = s.busy;
+  return {{"ranks", r.ranks},
+          {"compute_s", r.compute},
+          {"communication_s", r.communication},
+          {"exposed_communication_s", r.exposed_communication},
+          {"overlap", r.overlap},
+          {"idle_s", r.idle},
+          {"wait_at_collective_s", r.wait_at_collective},
+          {"streams", streams}};
+}
+
+json collective_json(const CollectiveStats& c) {
+  return {{"op", c.op},
+          {"name", c.name},
+          {"kind", core::collective_kind_name(c.kind)},
+          {"group", c.group},
+          {"instance", c.instance},
+          {"algorithm", algorithm_name(c.algorithm)},
+          {"group_size", c.group_size},
+          {"bytes", c.bytes},
+          {"start_s", c.start},
+          {"end_s", c.end},
+          {"duration_s", c.duration},
+          {"algbw_GBps", c.algbw / 1e9},
+          {"busbw_GBps", c.busbw / 1e9}};
+}
+
+}  // namespace
+
+std::string text_report(const core::Program& program, const SimResult& result, const Analysis& analysis) {
+  std::string out;
+  out += fmt::format("stratsim simulate: {} ops, {} iterations, world size {}\n", program.ops.size(),
+                     analysis.iterations.size(), result.world_size);
+  out += "platform: " + result.platform + "\n";
+  out += mode_line(result) + "\n";
+  out += fmt::format("makespan: {} ({} SimGrid flows, simulated in {})\n", format_seconds(analysis.makespan),
+                     result.flows, format_seconds(result.wall_seconds));
+  iteration_section(out, analysis);
+  rank_section(out, analysis);
+  collective_section(out, analysis);
+  link_section(out, analysis);
+  return out;
+}
+
+json json_report(const core::Program& /*program*/, const SimResult& result, const Analysis& analysis) {
+  json doc;
+  doc["format"] = "stratsim.simulation";
+  doc["version"] = 1;
+  doc["platform"] = result.platform;
+  doc["mode"] = mode_name(result.mode);
+  doc["world_size"] = result.world_size;
+  doc["makespan_s"] = analysis.makespan;
+  json iterations = json::array(), ranks = json::array(), collectives = json::array(), links = json::array();
+  for (const IterationStats& it : analysis.iterations) iterations.push_back(iteration_json(it));
+  for (const RankStats& r : analysis.ranks) ranks.push_back(rank_json(r));
+  for (const CollectiveStats& c : analysis.collectives) collectives.push_back(collective_json(c));
+  // Every link that carried bytes (the result's order, by name); the text report shows the busiest.
+  for (const LinkLoad& link : result.links)
+    links.push_back({{"name", link.name},
+                     {"bandwidth_GBps", link.bandwidth / 1e9},
+                     {"bytes", link.bytes},
+                     {"utilisation", link.utilisation}});
+  doc["iterations"] = std::move(iterations);
+  doc["ranks"] = std::move(ranks);
+  doc["collectives"] = std::move(collectives);
+  doc["links"] = std::move(links);
+  return doc;
+}
+
+}  // namespace stratsim::sim

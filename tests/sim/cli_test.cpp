@@ -1,0 +1,113 @@
+// `stratsim simulate` and `stratsim platforms` through the real binary: outputs, exit codes,
+// one-line errors, and no partial output on failure.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct CliRun {
+  int code = 0;
+  std::string out;  // stdout + stderr
+};
+
+CliRun run(const std::string& args) {
+  const std::string command = std::string(STRATSIM_BINARY) + " " + args + " 2>&1";
+  CliRun result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  std::array<char, 4096> buffer{};
+  while (std::size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) result.out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string data(const std::string& name) { return std::string(STRATSIM_TEST_DATA) + "/" + name; }
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("stratsim_sim_cli_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST(SimulateCli, DefaultRunReportsStepTimeAndOverlap) {
+  CliRun r = run("simulate --quiet");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("step"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("overlap"), std::string::npos) << r.out;
+}
+
+TEST(SimulateCli, WritesReportTraceAndTimeline) {
+  const std::string report = temp_path("report.json"), trace = temp_path("trace.json"), timeline = temp_path("timeline.json");
+  CliRun r = run("simulate --quiet --model zoo:TestModel --plan builtin:fsdp-tp --platform h100:gpus=4 --json -o " + report +
+                 " --trace " + trace + " --timeline " + timeline);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  const auto doc = nlohmann::json::parse(read(report));
+  EXPECT_EQ(doc["format"], "stratsim.simulation");
+  EXPECT_FALSE(doc["iterations"].empty());
+  const std::string trace_text = read(trace);
+  EXPECT_TRUE(std::regex_search(trace_text, std::regex("\"rank\":\\s+\\d+"))) << "HTA needs a space after \"rank\":";
+  EXPECT_FALSE(nlohmann::json::parse(trace_text)["traceEvents"].empty());
+  EXPECT_EQ(nlohmann::json::parse(read(timeline))["format"], "stratsim.timeline");
+  for (const auto& path : {report, trace, timeline}) std::filesystem::remove(path);
+}
+
+TEST(SimulateCli, SameInputsGiveByteIdenticalJson) {
+  const std::string args = "simulate --quiet --model zoo:TestModel --plan builtin:ddp-tp --platform h100:nodes=2,gpus=2 --json";
+  const CliRun a = run(args), b = run(args);
+  ASSERT_EQ(a.code, 0) << a.out;
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST(SimulateCli, MoreRanksThanDevicesFailsClearly) {
+  const std::string trace = temp_path("never.json");
+  CliRun r = run("simulate --quiet --plan builtin:fsdp --model zoo:TestModel --platform h100:gpus=2 --trace " + trace);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("stratsim: error: platform \"h100:gpus=2\" has 2 devices but the plan needs 4 ranks"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(std::filesystem::exists(trace));
+}
+
+TEST(SimulateCli, BadPlatformsFailWithExitCode2) {
+  for (const std::string& platform : {std::string("nosuch"), std::string("h100:nodes=zero"), std::string("h100:bogus=1"),
+                                      data("platforms/does_not_exist.xml")}) {
+    CliRun r = run("simulate --quiet --platform " + platform);
+    EXPECT_EQ(r.code, 2) << platform << ": " << r.out;
+    EXPECT_NE(r.out.find("stratsim: error: "), std::string::npos) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  }
+}
+
+TEST(SimulateCli, BadAlgorithmAndStragglerOptions) {
+  EXPECT_EQ(run("simulate --quiet --algorithm all_gather=tree").code, 2);
+  EXPECT_EQ(run("simulate --quiet --algorithm all_reduce=magic").code, 2);
+  EXPECT_EQ(run("simulate --quiet --straggler 1").code, 2);
+  EXPECT_EQ(run("simulate --quiet --straggler 9=2").code, 2);
+  CliRun ok = run("simulate --quiet --straggler 1=2 --algorithm all_reduce=tree");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+}
+
+TEST(PlatformsCli, ListsPresetsAndDescribesOne) {
+  CliRun list = run("platforms");
+  ASSERT_EQ(list.code, 0) << list.out;
+  for (const char* name : {"a100", "h100", "h200", "cpu"}) EXPECT_NE(list.out.find(name), std::string::npos) << name;
+  CliRun one = run("platforms h100:nodes=4");
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_NE(one.out.find("H100"), std::string::npos) << one.out;
+}

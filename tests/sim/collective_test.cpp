@@ -1,0 +1,571 @@
+// Collective schedules against their closed forms (simulators.md section 5), the per-member byte
+// counts every correct algorithm must move, and the selector's choices. No SimGrid here: the
+// engine's exactness tests check that simulated idle-platform times equal estimate_time.
+#include "stratsim/sim/collective.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+using namespace stratsim::sim;
+using stratsim::core::CollectiveKind;
+
+namespace {
+
+constexpr double kAlpha = 2e-6;
+constexpr double kBeta = 1.0 / 50e9;
+constexpr double KiB = 1024.0, MiB = KiB * 1024, GiB = MiB * 1024;
+const LinkCosts kUniform{kAlpha, kBeta, kAlpha, kBeta};
+// NVLink-like inside a node, one 200 Gb/s NIC per GPU across nodes.
+const LinkCosts kTwoTier{1e-6, 1.0 / 300e9, 5e-6, 1.0 / 25e9};
+
+const std::vector<CollectiveKind> kKinds = {CollectiveKind::all_reduce, CollectiveKind::all_gather,
+                                            CollectiveKind::reduce_scatter, CollectiveKind::broadcast,
+                                            CollectiveKind::all_to_all};
+const std::vector<Algorithm> kFlat = {Algorithm::ring, Algorithm::tree, Algorithm::recursive_halving_doubling,
+                                      Algorithm::direct};
+const std::vector<double> kSizes = {KiB, MiB, 64 * MiB, 8 * GiB};
+
+// Every member on its own node: the flat algorithms do not care, hierarchical is not applicable.
+std::vector<int> own_nodes(int p) {
+  std::vector<int> nodes(p);
+  for (int i = 0; i < p; ++i) nodes[i] = i;
+  return nodes;
+}
+
+// m nodes of g consecutive members.
+std::vector<int> blocked_nodes(int g, int m) {
+  std::vector<int> nodes(g * m);
+  for (int i = 0; i < g * m; ++i) nodes[i] = i / g;
+  return nodes;
+}
+
+// m nodes, members dealt round-robin: node i % m, so local indices are i / m.
+std::vector<int> interleaved_nodes(int g, int m) {
+  std::vector<int> nodes(g * m);
+  for (int i = 0; i < g * m; ++i) nodes[i] = i % m;
+  return nodes;
+}
+
+bool is_power_of_two(int p) { return (p & (p - 1)) == 0; }
+int ceil_log2(int p) {
+  int k = 0;
+  while ((1 << k) < p) ++k;
+  return k;
+}
+
+std::string describe(CollectiveKind kind, Algorithm algorithm, int p, double bytes) {
+  return std::string(stratsim::core::collective_kind_name(kind)) + " " + std::string(algorithm_name(algorithm)) +
+         " p=" + std::to_string(p) + " n=" + std::to_string(bytes);
+}
+
+void expect_relative(double actual, double expected, double tolerance = 1e-9) {
+  EXPECT_NEAR(actual, expected, tolerance * std::max(std::abs(expected), 1e-30)) << "expected " << expected;
+}
+
+struct Traffic {
+  std::vector<double> egress, ingress;
+  bool well_formed = true;  // indices in range, no self flows, positive bytes, non-empty phases
+  std::size_t flows = 0;
+};
+
+Traffic traffic_of(const Schedule& schedule, int p) {
+  Traffic traffic{std::vector<double>(p, 0.0), std::vector<double>(p, 0.0)};
+  for (const SchedulePhase& phase : schedule.phases) {
+    traffic.well_formed = traffic.well_formed && !phase.flows.empty() && phase.latency_steps >= 1;
+    for (const Flow& flow : phase.flows) {
+      const bool ok = flow.src >= 0 && flow.src < p && flow.dst >= 0 && flow.dst < p && flow.src != flow.dst &&
+                      flow.bytes > 0 && std::isfinite(flow.bytes);
+      traffic.well_formed = traffic.well_formed && ok;
+      if (!ok) continue;
+      traffic.egress[flow.src] += flow.bytes;
+      traffic.ingress[flow.dst] += flow.bytes;
+    }
+    traffic.flows += phase.flows.size();
+  }
+  return traffic;
+}
+
+// True when every value is within 1e-9 relative of `expected`.
+bool all_equal(const std::vector<double>& values, double expected) {
+  for (double v : values)
+    if (std::abs(v - expected) > 1e-9 * expected) return false;
+  return true;
+}
+
+bool all_at_least(const std::vector<double>& values, double bound, std::size_t from = 0) {
+  for (std::size_t i = from; i < values.size(); ++i)
+    if (values[i] < bound * (1 - 1e-9)) return false;
+  return true;
+}
+
+// Bytes every correct algorithm must move per member, and the exact counts of those that are
+// bandwidth-optimal.
+void check_conservation(CollectiveKind kind, Algorithm algorithm, int p, double n, const Traffic& t) {
+  const double share = (p - 1) * (n / p);
+  const bool rhd = algorithm == Algorithm::recursive_halving_doubling;
+  const bool folded_rhd = rhd && !is_power_of_two(p);
+  switch (kind) {
+    case CollectiveKind::all_reduce: {
+      EXPECT_TRUE(all_at_least(t.egress, share) && all_at_least(t.ingress, share));
+      const bool optimal = algorithm != Algorithm::tree && !folded_rhd;
+      if (optimal) {
+        EXPECT_TRUE(all_equal(t.egress, 2 * share) && all_equal(t.ingress, 2 * share));
+      }
+      break;
+    }
+    case CollectiveKind::all_gather:
+      EXPECT_TRUE(all_at_least(t.ingress, share));  // every other member's block arrives
+      if (!folded_rhd) {
+        EXPECT_TRUE(all_equal(t.egress, share) && all_equal(t.ingress, share));
+      }
+      break;
+    case CollectiveKind::reduce_scatter:
+      EXPECT_TRUE(all_at_least(t.egress, share));  // every contribution to another block leaves
+      if (!folded_rhd) {
+        EXPECT_TRUE(all_equal(t.egress, share) && all_equal(t.ingress, share));
+      }
+      break;
+    case CollectiveKind::broadcast:
+      EXPECT_TRUE(all_at_least(t.ingress, n, 1));  // every non-root gets the whole buffer
+      EXPECT_GE(t.egress[0], n * (1 - 1e-9));
+      break;
+    case CollectiveKind::all_to_all:
+      EXPECT_TRUE(all_at_least(t.egress, share) && all_at_least(t.ingress, share));
+      // Hierarchical relays through the same-rail peer; its counts are checked with its shape.
+      if (algorithm == Algorithm::ring || algorithm == Algorithm::direct) {
+        EXPECT_TRUE(all_equal(t.egress, share) && all_equal(t.ingress, share));
+      }
+      if (rhd && is_power_of_two(p)) {
+        EXPECT_TRUE(all_equal(t.egress, ceil_log2(p) * n / 2));  // Bruck: n/2 a step
+      }
+      break;
+  }
+}
+
+// Lower bounds of simulators.md section 5, on the closed form split into alpha and beta terms.
+void check_lower_bounds(CollectiveKind kind, Algorithm algorithm, int p, double n) {
+  const double latency_terms = closed_form_time(kind, algorithm, p, n, 1.0, 0.0);
+  const double bandwidth_bytes = closed_form_time(kind, algorithm, p, n, 0.0, 1.0);
+  // The log2 p latency bound is for single-port algorithms (one message out per step); direct
+  // sends its p-1 messages in one step.
+  if (algorithm != Algorithm::direct) {
+    EXPECT_GE(latency_terms, ceil_log2(p));
+  }
+  const double share = (p - 1) * (n / p);
+  switch (kind) {
+    case CollectiveKind::all_reduce:
+      EXPECT_GE(bandwidth_bytes, 2 * share * (1 - 1e-12));
+      break;
+    case CollectiveKind::all_gather:
+    case CollectiveKind::reduce_scatter:
+    case CollectiveKind::all_to_all:
+      EXPECT_GE(bandwidth_bytes, share * (1 - 1e-12));
+      break;
+    case CollectiveKind::broadcast:
+      EXPECT_GE(bandwidth_bytes, n * (1 - 1e-12));
+      break;
+  }
+}
+
+}  // namespace
+
+TEST(CollectiveNames, RoundTripAndAliases) {
+  for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::recursive_halving_doubling,
+                      Algorithm::direct, Algorithm::hierarchical})
+    EXPECT_EQ(parse_algorithm(algorithm_name(a)), a);
+  EXPECT_EQ(algorithm_name(Algorithm::automatic), "auto");
+  EXPECT_EQ(algorithm_name(Algorithm::recursive_halving_doubling), "rhd");
+  EXPECT_EQ(parse_algorithm("recursive_halving_doubling"), Algorithm::recursive_halving_doubling);
+  EXPECT_EQ(parse_algorithm("halving-doubling"), Algorithm::recursive_halving_doubling);
+  EXPECT_EQ(parse_algorithm("double_binary_tree"), Algorithm::tree);
+  EXPECT_EQ(parse_algorithm("Ring"), Algorithm::ring);
+  EXPECT_EQ(parse_algorithm("nvls"), std::nullopt);
+  EXPECT_EQ(parse_algorithm(""), std::nullopt);
+}
+
+TEST(CollectiveImplements, TreeHasAllReduceAndBroadcastOnly) {
+  for (CollectiveKind kind : kKinds) {
+    const bool tree_kind = kind == CollectiveKind::all_reduce || kind == CollectiveKind::broadcast;
+    EXPECT_EQ(implements(Algorithm::tree, kind), tree_kind);
+    for (Algorithm a : {Algorithm::ring, Algorithm::recursive_halving_doubling, Algorithm::direct,
+                        Algorithm::hierarchical, Algorithm::automatic})
+      EXPECT_TRUE(implements(a, kind));
+  }
+}
+
+TEST(CollectiveBusbw, NcclTestsFactors) {
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::all_reduce, 8), 2.0 * 7 / 8);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::all_gather, 8), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::reduce_scatter, 4), 3.0 / 4);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::all_to_all, 2), 0.5);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::broadcast, 16), 1.0);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::all_reduce, 1), 0.0);
+  EXPECT_THROW(busbw_factor(CollectiveKind::all_reduce, 0), std::invalid_argument);
+}
+
+// The central property: on a uniform platform the schedule's estimate is its closed form, the
+// schedule is well formed and moves the bytes the collective needs, and the closed form respects
+// the section 5 lower bounds.
+TEST(CollectiveSchedules, EstimateEqualsClosedFormOnUniformPlatform) {
+  for (int p : {2, 3, 4, 5, 7, 8, 16, 64, 256, 1024, 4096}) {
+    const std::vector<int> nodes = own_nodes(p);
+    for (CollectiveKind kind : kKinds) {
+      for (Algorithm algorithm : kFlat) {
+        if (!implements(algorithm, kind)) continue;
+        if (algorithm == Algorithm::direct && p > 256) continue;  // p(p-1) flows per phase
+        // Pairwise all-to-all is p(p-1) flows in all (16.8M at 4096): one size at the largest p.
+        const bool pairwise = algorithm == Algorithm::ring && kind == CollectiveKind::all_to_all;
+        const bool one_size_only = pairwise && p > 1024;
+        for (double n : kSizes) {
+          if (one_size_only && n != MiB) continue;
+          SCOPED_TRACE(describe(kind, algorithm, p, n));
+          const Schedule schedule = build_schedule(kind, algorithm, nodes, n);
+          EXPECT_EQ(schedule.kind, kind);
+          EXPECT_EQ(schedule.algorithm, algorithm);
+          expect_relative(estimate_time(schedule, nodes, kUniform),
+                          closed_form_time(kind, algorithm, p, n, kAlpha, kBeta));
+          const Traffic traffic = traffic_of(schedule, p);
+          EXPECT_TRUE(traffic.well_formed);
+          check_conservation(kind, algorithm, p, n, traffic);
+          check_lower_bounds(kind, algorithm, p, n);
+        }
+      }
+    }
+  }
+}
+
+// Flows per phase stay O(p) for the scalable algorithms.
+TEST(CollectiveSchedules, FlowCountsPerPhase) {
+  const int p = 4096;
+  const std::vector<int> nodes = own_nodes(p);
+  for (CollectiveKind kind : kKinds) {
+    for (Algorithm algorithm : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_halving_doubling}) {
+      if (!implements(algorithm, kind) || (algorithm == Algorithm::ring && kind == CollectiveKind::all_to_all))
+        continue;
+      SCOPED_TRACE(describe(kind, algorithm, p, MiB));
+      for (const SchedulePhase& phase : build_schedule(kind, algorithm, nodes, MiB).phases)
+        EXPECT_LE(phase.flows.size(), static_cast<std::size_t>(2 * p));
+    }
+  }
+  const std::vector<int> two_tier = blocked_nodes(8, p / 8);
+  for (CollectiveKind kind : kKinds) {
+    if (kind == CollectiveKind::all_to_all) continue;  // p(g-1) + p(m-1) flows by design
+    for (const SchedulePhase& phase : build_schedule(kind, Algorithm::hierarchical, two_tier, MiB).phases)
+      EXPECT_LE(phase.flows.size(), static_cast<std::size_t>(p));
+  }
+  const Schedule pairwise = build_schedule(CollectiveKind::all_to_all, Algorithm::ring, own_nodes(64), MiB);
+  EXPECT_EQ(pairwise.phases.size(), 63u);
+  for (const SchedulePhase& phase : pairwise.phases) EXPECT_EQ(phase.flows.size(), 64u);
+}
+
+TEST(CollectiveSchedules, SingleMemberAndZeroBytesAreEmpty) {
+  for (CollectiveKind kind : kKinds) {
+    for (Algorithm algorithm : kFlat) {
+      if (!implements(algorithm, kind)) continue;
+      EXPECT_TRUE(build_schedule(kind, algorithm, {7}, GiB).phases.empty());
+      EXPECT_TRUE(build_schedule(kind, algorithm, own_nodes(8), 0).phases.empty());
+      EXPECT_EQ(closed_form_time(kind, algorithm, 1, GiB, kAlpha, kBeta), 0);
+      EXPECT_EQ(closed_form_time(kind, algorithm, 8, 0, kAlpha, kBeta), 0);
+    }
+    EXPECT_TRUE(build_schedule(kind, Algorithm::hierarchical, blocked_nodes(2, 2), 0).phases.empty());
+  }
+}
+
+// Spot values of the closed forms, worked by hand, so a wrong derivation cannot hide behind a
+// schedule built the same wrong way. a = alpha terms, b = bytes terms (n = 1).
+TEST(CollectiveClosedForms, HandWorkedValues) {
+  auto latency = [](CollectiveKind k, Algorithm a, int p) { return closed_form_time(k, a, p, 1.0, 1.0, 0.0); };
+  auto bandwidth = [](CollectiveKind k, Algorithm a, int p) { return closed_form_time(k, a, p, 1.0, 0.0, 1.0); };
+  const auto AR = CollectiveKind::all_reduce, RS = CollectiveKind::reduce_scatter, AG = CollectiveKind::all_gather,
+             BC = CollectiveKind::broadcast, A2A = CollectiveKind::all_to_all;
+  const auto tree = Algorithm::tree, rhd = Algorithm::recursive_halving_doubling;
+  // Double binary tree: 2 ceil(log2 p) a + 2 n b (n b at p = 2).
+  EXPECT_DOUBLE_EQ(latency(AR, tree, 2), 2);
+  EXPECT_DOUBLE_EQ(bandwidth(AR, tree, 2), 1);
+  EXPECT_DOUBLE_EQ(latency(AR, tree, 3), 4);
+  EXPECT_DOUBLE_EQ(bandwidth(AR, tree, 3), 2);
+  EXPECT_DOUBLE_EQ(latency(AR, tree, 5), 6);
+  EXPECT_DOUBLE_EQ(latency(AR, tree, 16), 8);
+  EXPECT_DOUBLE_EQ(bandwidth(AR, tree, 16), 2);
+  EXPECT_DOUBLE_EQ(closed_form_time(BC, tree, 5, 1.0, 1.0, 1.0), 3 * 2);  // binomial: 3 (a + n b)
+  // rhd, p = 3 (q = 2, r = 1).
+  EXPECT_DOUBLE_EQ(latency(AR, rhd, 3), 4);    // fold, RS, AG, unfold
+  EXPECT_DOUBLE_EQ(bandwidth(AR, rhd, 3), 3);  // n + n/2 + n/2 + n
+  EXPECT_DOUBLE_EQ(latency(RS, rhd, 3), 3);
+  EXPECT_DOUBLE_EQ(bandwidth(RS, rhd, 3), 2);            // n + 2n/3 (two blocks) + n/3
+  EXPECT_DOUBLE_EQ(bandwidth(AG, rhd, 3), 1 + 2.0 / 3);  // n/3 + 2n/3 + 2n/3
+  EXPECT_DOUBLE_EQ(bandwidth(BC, rhd, 3), 2);            // n/2 + n/2 + n
+  // rhd, p = 6 (q = 4, r = 2): halving sends ceil(6/2) then ceil(6/4) blocks of n/6.
+  EXPECT_DOUBLE_EQ(bandwidth(RS, rhd, 6), 1 + 5.0 / 6 + 1.0 / 6);
+  EXPECT_DOUBLE_EQ(latency(RS, rhd, 6), 4);
+  // Power-of-two rhd is Rabenseifner: 2 log2p a + 2(p-1)/p n b.
+  EXPECT_DOUBLE_EQ(latency(AR, rhd, 8), 6);
+  EXPECT_DOUBLE_EQ(bandwidth(AR, rhd, 8), 2 * 7.0 / 8);
+  EXPECT_DOUBLE_EQ(bandwidth(BC, rhd, 8), 2 * 7.0 / 8);
+  // Bruck: ceil(log2 p) a + (sum of popcounts below p)/p n b; log2p/2 n b for a power of two.
+  EXPECT_DOUBLE_EQ(latency(A2A, rhd, 3), 2);
+  EXPECT_DOUBLE_EQ(bandwidth(A2A, rhd, 3), 2.0 / 3);
+  EXPECT_DOUBLE_EQ(bandwidth(A2A, rhd, 16), 2);
+  EXPECT_DOUBLE_EQ(bandwidth(A2A, rhd, 5), 5.0 / 5);  // popcounts 0,1,1,2,1
+  // Direct broadcast is bound by the root's egress.
+  EXPECT_DOUBLE_EQ(bandwidth(BC, Algorithm::direct, 5), 4);
+  EXPECT_DOUBLE_EQ(latency(BC, Algorithm::direct, 5), 1);
+}
+
+// NCCL's double binary tree: two spanning trees of depth ceil(log2 p); no member has more than
+// two flows in or out per phase, and every member is internal in at most one tree (odd p: all
+// but member 0, as in NCCL).
+TEST(CollectiveTree, DoubleBinaryTreeShape) {
+  for (int p : {2, 3, 4, 5, 6, 7, 8, 13, 14, 16, 100, 1000, 1024}) {
+    SCOPED_TRACE(p);
+    const Schedule schedule = build_schedule(CollectiveKind::all_reduce, Algorithm::tree, own_nodes(p), MiB);
+    ASSERT_EQ(schedule.phases.size(), 2u);
+    const SchedulePhase& reduce = schedule.phases[0];
+    EXPECT_EQ(reduce.latency_steps, ceil_log2(p));
+    EXPECT_EQ(schedule.phases[1].latency_steps, ceil_log2(p));
+    EXPECT_EQ(reduce.flows.size(), static_cast<std::size_t>(2 * (p - 1)));  // two spanning trees
+    // Flows are listed tree by tree, each tree one flow per non-root member.
+    std::vector<int> in(p, 0), out(p, 0), children[2] = {std::vector<int>(p, 0), std::vector<int>(p, 0)};
+    for (std::size_t f = 0; f < reduce.flows.size(); ++f) {
+      const Flow& flow = reduce.flows[f];
+      ++out[flow.src];
+      ++in[flow.dst];
+      ++children[f < static_cast<std::size_t>(p - 1) ? 0 : 1][flow.dst];
+      EXPECT_DOUBLE_EQ(flow.bytes, MiB / 2);
+    }
+    for (int i = 0; i < p; ++i) {
+      EXPECT_LE(out[i], 2);
+      EXPECT_LE(in[i], 2);
+      EXPECT_LE(children[0][i], 2);
+      EXPECT_LE(children[1][i], 2);
+      // Internal in both trees only for odd p, and then only member 0 (NCCL's shifted tree).
+      const bool internal_in_both = children[0][i] > 0 && children[1][i] > 0;
+      EXPECT_TRUE(!internal_in_both || (p % 2 == 1 && i == 0)) << "member " << i;
+    }
+    // The broadcast phase mirrors the reduce phase.
+    ASSERT_EQ(schedule.phases[1].flows.size(), reduce.flows.size());
+    for (std::size_t f = 0; f < reduce.flows.size(); ++f) {
+      EXPECT_EQ(schedule.phases[1].flows[f].src, reduce.flows[f].dst);
+      EXPECT_EQ(schedule.phases[1].flows[f].dst, reduce.flows[f].src);
+    }
+  }
+}
+
+TEST(CollectiveRhd, NonPowerOfTwoFoldsIntoCore) {
+  const Schedule schedule =
+      build_schedule(CollectiveKind::all_reduce, Algorithm::recursive_halving_doubling, own_nodes(6), 6 * MiB);
+  ASSERT_EQ(schedule.phases.size(), 6u);  // fold, 2 RS steps, 2 AG steps, unfold
+  EXPECT_EQ(schedule.phases.front().label, "fold");
+  EXPECT_EQ(schedule.phases.back().label, "unfold");
+  ASSERT_EQ(schedule.phases.front().flows.size(), 2u);
+  EXPECT_EQ(schedule.phases.front().flows[0].src, 4);
+  EXPECT_EQ(schedule.phases.front().flows[0].dst, 0);
+  EXPECT_DOUBLE_EQ(schedule.phases.front().flows[0].bytes, 6 * MiB);
+  for (std::size_t i = 1; i + 1 < schedule.phases.size(); ++i)
+    for (const Flow& flow : schedule.phases[i].flows) EXPECT_LT(std::max(flow.src, flow.dst), 4);
+}
+
+// Hierarchical against its own closed form, two-tier and uniform, node members consecutive or
+// dealt round-robin (local index is the order within the node either way).
+TEST(CollectiveHierarchical, EstimateEqualsClosedForm) {
+  for (int g : {2, 4, 8}) {
+    for (int m : {2, 3, 4, 16}) {
+      const int p = g * m;
+      for (const std::vector<int>& nodes : {blocked_nodes(g, m), interleaved_nodes(g, m)}) {
+        for (CollectiveKind kind : kKinds) {
+          for (double n : kSizes) {
+            SCOPED_TRACE(describe(kind, Algorithm::hierarchical, p, n) + " g=" + std::to_string(g));
+            const Schedule schedule = build_schedule(kind, Algorithm::hierarchical, nodes, n);
+            expect_relative(estimate_time(schedule, nodes, kTwoTier),
+                            hierarchical_closed_form_time(kind, g, m, n, kTwoTier));
+            expect_relative(estimate_time(schedule, nodes, kUniform),
+                            hierarchical_closed_form_time(kind, g, m, n, kUniform));
+            const Traffic traffic = traffic_of(schedule, p);
+            EXPECT_TRUE(traffic.well_formed);
+            check_conservation(kind, Algorithm::hierarchical, p, n, traffic);
+            if (kind == CollectiveKind::all_to_all) {  // n/g to each of g-1 peers, n/m to each of m-1
+              const double relayed = (g - 1) * (n / g) + (m - 1) * (n / m);
+              EXPECT_TRUE(all_equal(traffic.egress, relayed) && all_equal(traffic.ingress, relayed));
+            }
+            // Phases are all-intra or all-inter: that is what makes the closed form exact.
+            for (const SchedulePhase& phase : schedule.phases) {
+              const bool intra = nodes[phase.flows.front().src] == nodes[phase.flows.front().dst];
+              for (const Flow& flow : phase.flows) EXPECT_EQ(nodes[flow.src] == nodes[flow.dst], intra);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Uniform costs: hierarchical all-reduce meets the 2(p-1)/p n b bandwidth bound exactly.
+TEST(CollectiveHierarchical, UniformAllReduceIsBandwidthOptimal) {
+  const double n = GiB;
+  const double bw = hierarchical_closed_form_time(CollectiveKind::all_reduce, 8, 4, n, {0, 1, 0, 1});
+  EXPECT_NEAR(bw, 2.0 * 31 / 32 * n, 1e-6);
+  const double lat = hierarchical_closed_form_time(CollectiveKind::all_reduce, 8, 4, n, {1, 0, 1, 0});
+  EXPECT_DOUBLE_EQ(lat, 2 * 7 + 2 * 3);
+}
+
+TEST(CollectiveHierarchical, FlatOrUnevenGroupsAreRejected) {
+  const auto AR = CollectiveKind::all_reduce;
+  EXPECT_THROW(build_schedule(AR, Algorithm::hierarchical, own_nodes(8), MiB), std::invalid_argument);  // g = 1
+  EXPECT_THROW(build_schedule(AR, Algorithm::hierarchical, std::vector<int>(8, 3), MiB),
+               std::invalid_argument);                                                                     // m = 1
+  EXPECT_THROW(build_schedule(AR, Algorithm::hierarchical, {0, 0, 0, 1, 1}, MiB), std::invalid_argument);  // uneven
+  EXPECT_THROW(hierarchical_closed_form_time(AR, 1, 4, MiB, kTwoTier), std::invalid_argument);
+  EXPECT_THROW(hierarchical_closed_form_time(AR, 4, 1, MiB, kTwoTier), std::invalid_argument);
+  EXPECT_THROW(closed_form_time(AR, Algorithm::hierarchical, 8, MiB, kAlpha, kBeta), std::invalid_argument);
+  // The selector never picks it for such groups.
+  for (const std::vector<int>& nodes : {own_nodes(96), std::vector<int>(96, 0), std::vector<int>{0, 0, 0, 1, 1}})
+    for (double n : kSizes)
+      for (CollectiveKind kind : kKinds) EXPECT_NE(select_algorithm(kind, nodes, n, kTwoTier), Algorithm::hierarchical);
+}
+
+TEST(CollectiveValidation, InvalidRequestsThrow) {
+  const auto AR = CollectiveKind::all_reduce, AG = CollectiveKind::all_gather;
+  const std::vector<int> nodes = own_nodes(4);
+  EXPECT_THROW(build_schedule(AG, Algorithm::tree, nodes, MiB), std::invalid_argument);
+  EXPECT_THROW(build_schedule(CollectiveKind::all_to_all, Algorithm::tree, nodes, MiB), std::invalid_argument);
+  EXPECT_THROW(build_schedule(AR, Algorithm::automatic, nodes, MiB), std::invalid_argument);
+  EXPECT_THROW(build_schedule(AR, Algorithm::ring, {}, MiB), std::invalid_argument);
+  EXPECT_THROW(build_schedule(AR, Algorithm::ring, nodes, -1), std::invalid_argument);
+  EXPECT_THROW(build_schedule(AR, Algorithm::ring, nodes, std::nan("")), std::invalid_argument);
+  EXPECT_THROW(closed_form_time(AG, Algorithm::tree, 4, MiB, kAlpha, kBeta), std::invalid_argument);
+  EXPECT_THROW(closed_form_time(AR, Algorithm::ring, 0, MiB, kAlpha, kBeta), std::invalid_argument);
+  EXPECT_THROW(closed_form_time(AR, Algorithm::automatic, 4, MiB, kAlpha, kBeta), std::invalid_argument);
+  EXPECT_THROW(closed_form_time(AR, Algorithm::ring, 4, MiB, -1, kBeta), std::invalid_argument);
+  EXPECT_THROW(select_algorithm(AR, {}, MiB, kUniform), std::invalid_argument);
+  EXPECT_THROW(select_algorithm(AR, nodes, MiB, {kAlpha, -1, kAlpha, kBeta}), std::invalid_argument);
+  Schedule bad;
+  bad.phases.push_back({"bad", {{0, 9, 1.0}}, 1});
+  EXPECT_THROW(estimate_time(bad, nodes, kUniform), std::invalid_argument);
+}
+
+// estimate_time uses the intra or inter costs per flow and the slowest flow's alpha per phase.
+TEST(CollectiveEstimate, MixesIntraAndInterCosts) {
+  const LinkCosts costs{1, 1, 10, 100};  // alpha_i, beta_i, alpha_e, beta_e
+  Schedule schedule;
+  // Member 0 sends 2 bytes inside its node and 1 across: egress 2*1 + 1*100; alpha is inter's.
+  schedule.phases.push_back({"mixed", {{0, 1, 2.0}, {0, 2, 1.0}}, 3});
+  schedule.phases.push_back({"intra", {{1, 0, 4.0}}, 2});
+  EXPECT_DOUBLE_EQ(estimate_time(schedule, {0, 0, 1}, costs), 3 * 10 + 102 + 2 * 1 + 4);
+}
+
+TEST(CollectiveSelect, TinyMessagesOnManyRanksUseLogarithmicAlgorithms) {
+  for (int p : {1000, 1024}) {
+    const std::vector<int> nodes = blocked_nodes(8, p / 8);
+    for (const LinkCosts& costs : {kUniform, kTwoTier}) {
+      EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, nodes, KiB, costs), Algorithm::tree);
+      EXPECT_EQ(select_algorithm(CollectiveKind::broadcast, nodes, KiB, costs), Algorithm::tree);
+      // All-to-all: hierarchical's two latency terms (one per tier) beat p - 1 pairwise steps.
+      EXPECT_EQ(select_algorithm(CollectiveKind::all_to_all, nodes, KiB, costs), Algorithm::hierarchical);
+      // A flat group that is too large for direct falls back to pairwise exchange.
+      EXPECT_EQ(select_algorithm(CollectiveKind::all_to_all, own_nodes(p), KiB, costs), Algorithm::ring);
+    }
+  }
+}
+
+// Huge buffers over a non-power-of-two group (so Rabenseifner needs its fold, and direct is out
+// of range): bandwidth-optimal ring on a flat group, hierarchical across nodes.
+TEST(CollectiveSelect, HugeMessagesUseRingOrHierarchical) {
+  const double n = 8 * GiB;
+  EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, own_nodes(96), n, kUniform), Algorithm::ring);
+  EXPECT_EQ(select_algorithm(CollectiveKind::all_gather, own_nodes(96), n, kUniform), Algorithm::ring);
+  EXPECT_EQ(select_algorithm(CollectiveKind::all_to_all, own_nodes(96), n, kUniform), Algorithm::ring);
+  const std::vector<int> nodes = blocked_nodes(8, 96);
+  for (CollectiveKind kind : kKinds) {
+    const Algorithm chosen = select_algorithm(kind, nodes, n, kTwoTier);
+    EXPECT_TRUE(chosen == Algorithm::ring || chosen == Algorithm::hierarchical)
+        << stratsim::core::collective_kind_name(kind) << ": " << algorithm_name(chosen);
+  }
+  EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, nodes, n, kTwoTier), Algorithm::hierarchical);
+}
+
+// Power-of-two p on an alpha-beta platform: Rabenseifner has ring's bandwidth term with log2 p
+// latency terms, so pure alpha-beta would pick it at every size; NCCL never runs it, so the
+// automatic selection does not either (it stays available by name).
+TEST(CollectiveSelect, RabenseifnerIsNeverChosenAutomatically) {
+  const double n = 8 * GiB;
+  EXPECT_LT(closed_form_time(CollectiveKind::all_reduce, Algorithm::recursive_halving_doubling, 1024, n, kAlpha, kBeta),
+            closed_form_time(CollectiveKind::all_reduce, Algorithm::ring, 1024, n, kAlpha, kBeta));
+  for (CollectiveKind kind : kKinds)
+    for (double bytes : kSizes)
+      EXPECT_NE(select_algorithm(kind, own_nodes(1024), bytes, kUniform), Algorithm::recursive_halving_doubling);
+}
+
+TEST(CollectiveSelect, HierarchicalBeatsFlatRingAcrossNodes) {
+  for (int m : {2, 3, 4, 12}) {
+    const int g = 8, p = g * m;
+    const std::vector<int> nodes = blocked_nodes(g, m);
+    for (double n : {64 * MiB, 8 * GiB}) {
+      const double ring =
+          estimate_time(build_schedule(CollectiveKind::all_reduce, Algorithm::ring, nodes, n), nodes, kTwoTier);
+      const double hier = hierarchical_closed_form_time(CollectiveKind::all_reduce, g, m, n, kTwoTier);
+      EXPECT_LT(hier, ring / 3) << "p=" << p;
+    }
+  }
+  // With the fold making rhd pay n b_e twice, hierarchical is the pick for a 3-node group.
+  EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, blocked_nodes(8, 3), 8 * GiB, kTwoTier),
+            Algorithm::hierarchical);
+}
+
+// The candidates NCCL would run for each kind (collective.hpp, select_algorithm).
+std::vector<Algorithm> nccl_like(CollectiveKind kind) {
+  if (kind == CollectiveKind::all_reduce || kind == CollectiveKind::broadcast)
+    return {Algorithm::ring, Algorithm::tree, Algorithm::hierarchical};
+  if (kind == CollectiveKind::all_to_all) return {Algorithm::ring, Algorithm::hierarchical, Algorithm::direct};
+  return {Algorithm::ring, Algorithm::hierarchical};
+}
+
+// The selector's answer is the argmin of estimate_time over the eligible candidates (ties in the
+// documented order), whatever shortcuts it takes: checked by brute force on varied layouts.
+TEST(CollectiveSelect, IsArgminOfEstimates) {
+  const std::vector<std::vector<int>> layouts = {
+      own_nodes(12),        blocked_nodes(4, 3),         interleaved_nodes(4, 5),
+      blocked_nodes(8, 9),  {0, 0, 1, 1, 1, 2, 0, 2, 3},  // uneven
+      blocked_nodes(2, 40),
+  };
+  for (const auto& nodes : layouts) {
+    const int p = static_cast<int>(nodes.size());
+    for (CollectiveKind kind : kKinds) {
+      for (double n : kSizes) {
+        for (const LinkCosts& costs : {kUniform, kTwoTier}) {
+          Algorithm best = Algorithm::ring;
+          double best_time = 1e300;
+          for (Algorithm a : nccl_like(kind)) {
+            if (!implements(a, kind) || (a == Algorithm::direct && p > 64)) continue;
+            double t = 0;
+            try {
+              t = estimate_time(build_schedule(kind, a, nodes, n), nodes, costs);
+            } catch (const std::invalid_argument&) {
+              continue;  // hierarchical on a flat or uneven group
+            }
+            if (t < best_time * (1 - 1e-12)) {
+              best = a;
+              best_time = t;
+            }
+          }
+          EXPECT_EQ(select_algorithm(kind, nodes, n, costs), best)
+              << describe(kind, best, p, n) << " costs.beta_inter=" << costs.beta_inter;
+        }
+      }
+    }
+  }
+}
+
+// A 16384-rank group (2048 nodes of 8) gets a valid answer for every kind and size; its cost is
+// measured in benchmarks/, not here.
+TEST(CollectiveSelect, LargeGroupsGetAValidChoice) {
+  const std::vector<int> nodes = blocked_nodes(8, 2048);
+  for (CollectiveKind kind : kKinds)
+    for (double n : {KiB, 8 * GiB}) {
+      const Algorithm chosen = select_algorithm(kind, nodes, n, kTwoTier);
+      EXPECT_TRUE(implements(chosen, kind));
+      EXPECT_NE(chosen, Algorithm::direct);
+    }
+}

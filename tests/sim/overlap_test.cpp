@@ -1,0 +1,58 @@
+// Overlap emerges from the schedule: DDP buckets that fit under backward compute hide their
+// all-reduces (near-zero exposed communication); one giant bucket cannot start before backward
+// ends, so its all-reduce is all exposed.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "stratsim/core/json_reader.hpp"
+#include "stratsim/core/model_io.hpp"
+#include "stratsim/core/plan.hpp"
+#include "stratsim/core/planner.hpp"
+#include "stratsim/sim/analysis.hpp"
+#include "stratsim/sim/simulator.hpp"
+
+namespace stratsim::test {
+namespace {
+
+sim::Analysis ddp_step(double bucket_cap_mb) {
+  // A GPT whose first layer (small embedding) is cheap, so the last bucket is small.
+  const core::Model model = core::load_model("zoo:gpt:layers=8,hidden=1024,heads=8,kv_heads=8,ffn=4096,vocab=1024,seq=1024");
+  const nlohmann::json doc = {{"world_size", 8},
+                              {"batch_size", 4},
+                              {"steps", {{{"replicate", {{"module", ""}, {"bucket_cap_mb", bucket_cap_mb}}}}}}};
+  const core::Plan plan = core::parse_plan(core::JsonReader(doc, "overlap"));
+  core::PlanOptions options;
+  options.iterations = 2;
+  const core::Program program = core::plan_training(model, plan, options).program;
+  const sim::SimResult result = sim::simulate(program, sim::parse_platform("h100"));
+  return sim::analyse(program, result, sim::Workload{32, 1024});
+}
+
+TEST(Overlap, SmallBucketsHideUnderBackward) {
+  const sim::Analysis analysis = ddp_step(25);
+  ASSERT_EQ(analysis.ranks.size(), 1u);
+  const sim::RankStats& rank = analysis.ranks.front();
+  ASSERT_GT(rank.communication, 0);
+  EXPECT_LT(rank.exposed_communication / rank.communication, 0.1)
+      << "exposed " << rank.exposed_communication << " of " << rank.communication;
+  EXPECT_GT(rank.overlap, 0.9);
+}
+
+TEST(Overlap, OneGiantBucketIsAllExposed) {
+  const sim::Analysis analysis = ddp_step(100000);
+  const sim::RankStats& rank = analysis.ranks.front();
+  ASSERT_GT(rank.communication, 0);
+  EXPECT_GT(rank.exposed_communication / rank.communication, 0.9)
+      << "exposed " << rank.exposed_communication << " of " << rank.communication;
+  EXPECT_LT(rank.overlap, 0.1);
+}
+
+TEST(Overlap, HidingCommunicationShortensTheStep) {
+  const sim::Analysis hidden = ddp_step(25);
+  const sim::Analysis exposed = ddp_step(100000);
+  EXPECT_LT(hidden.iterations.back().step_time, exposed.iterations.back().step_time);
+}
+
+}  // namespace
+}  // namespace stratsim::test

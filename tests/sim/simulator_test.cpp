@@ -1,0 +1,165 @@
+// The engine: contention between concurrent collectives, NCCL launch semantics (a collective
+// starts when its last member issues it), stragglers, representative vs full rank modes,
+// determinism and impossible mappings.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "sim_test_support.hpp"
+#include "stratsim/core/errors.hpp"
+#include "stratsim/core/model_io.hpp"
+#include "stratsim/core/plan.hpp"
+#include "stratsim/core/planner.hpp"
+#include "stratsim/sim/simulator.hpp"
+
+namespace stratsim::test {
+namespace {
+
+using core::CollectiveKind;
+using sim::Algorithm;
+
+// `nodes` nodes of `gpus` devices; one NIC per node (shared by its devices) or per device.
+sim::PlatformSpec two_level(int nodes, int gpus, bool nic_per_gpu) {
+  sim::PlatformSpec spec = uniform_star(gpus, 1e12, 1e-7);
+  spec.name = "two-level";
+  spec.kind = sim::PlatformKind::cluster;
+  spec.nodes = nodes;
+  spec.nic_bandwidth = 10e9;
+  spec.nic_latency = 1e-6;
+  spec.nic_per_gpu = nic_per_gpu;
+  spec.nodes_per_leaf = nodes;
+  spec.oversubscription = 1;
+  spec.switch_latency = 0;
+  return spec;
+}
+
+double duration(const sim::SimResult& result, int op, int sim_rank = 0) {
+  return result.timings[sim_rank][op].end - result.timings[sim_rank][op].start;
+}
+
+// Two data-parallel all-reduces (one per rail) cross the nodes at once. With one NIC per node
+// they share it and each takes twice as long as alone; with a NIC per device they do not.
+TEST(Contention, TwoCollectivesOnOneBottleneckTakeTwiceAsLong) {
+  const double bytes = 1e9;
+  sim::SimOptions options;
+  options.algorithms[CollectiveKind::all_reduce] = Algorithm::ring;
+
+  core::Program alone = empty_program({2, 1}, {"dp", "tp"});
+  const int solo = add_collective(alone, CollectiveKind::all_reduce, bytes, {0});
+  const sim::SimResult single = sim::simulate(alone, two_level(2, 1, false), options);
+
+  core::Program pair = empty_program({2, 2}, {"dp", "tp"});
+  const int both = add_collective(pair, CollectiveKind::all_reduce, bytes, {0});
+  const sim::SimResult shared = sim::simulate(pair, two_level(2, 2, false), options);
+  const sim::SimResult rails = sim::simulate(pair, two_level(2, 2, true), options);
+
+  ASSERT_EQ(shared.collectives.size(), 2u);
+  const double t1 = duration(single, solo);
+  EXPECT_NEAR(duration(shared, both) / t1, 2.0, 0.01);
+  for (const sim::CollectiveRun& run : shared.collectives) EXPECT_NEAR((run.end - run.start) / t1, 2.0, 0.01);
+  EXPECT_NEAR(duration(rails, both) / t1, 1.0, 0.01);
+}
+
+// A collective cannot start before its last member issues it: a rank that computes twice as long
+// makes the other wait, and the wait shows as issue < start.
+TEST(Launch, StragglerDelaysTheCollectiveForEveryMember) {
+  core::Program program = empty_program({2}, {"world"});
+  const int gemm = add_compute(program, 1e12);  // 1 s at 1 TFLOP/s
+  const int reduce = add_collective(program, CollectiveKind::all_reduce, 1e6, {0}, {gemm});
+  sim::SimOptions options;
+  options.compute.apply_overrides(STRATSIM_TEST_DATA "/sim/compute_ideal.json");
+  options.stragglers[1] = 2.0;
+  const sim::SimResult result = sim::simulate(program, uniform_star(2), options);
+  ASSERT_EQ(result.mode, sim::RankMode::full);
+  ASSERT_EQ(result.timings.size(), 2u);
+  EXPECT_NEAR(result.timings[0][gemm].end, 1.0, 1e-9);
+  EXPECT_NEAR(result.timings[1][gemm].end, 2.0, 1e-9);
+  EXPECT_NEAR(result.timings[0][reduce].issue, 1.0, 1e-9);
+  EXPECT_NEAR(result.timings[0][reduce].start, 2.0, 1e-9);
+  EXPECT_NEAR(result.timings[1][reduce].start, 2.0, 1e-9);
+  EXPECT_DOUBLE_EQ(result.timings[0][reduce].end, result.timings[1][reduce].end);
+}
+
+// Compute and communication streams overlap: a collective that does not depend on the compute
+// runs beside it.
+TEST(Streams, IndependentCollectiveRunsBesideCompute) {
+  core::Program program = empty_program({2}, {"world"});
+  const int gemm = add_compute(program, 1e12);
+  const int reduce = add_collective(program, CollectiveKind::all_reduce, 1e6, {0});
+  sim::SimOptions options;
+  options.compute.apply_overrides(STRATSIM_TEST_DATA "/sim/compute_ideal.json");
+  const sim::SimResult result = sim::simulate(program, uniform_star(2), options);
+  EXPECT_DOUBLE_EQ(result.timings[0][reduce].start, 0.0);
+  EXPECT_LT(result.timings[0][reduce].end, result.timings[0][gemm].end);
+  EXPECT_NEAR(result.makespan, 1.0, 1e-9);
+}
+
+core::Program planned(const std::string& model, const std::string& plan, int iterations = 2) {
+  core::PlanOptions options;
+  options.iterations = iterations;
+  return core::plan_training(core::load_model(model), core::load_plan(plan), options).program;
+}
+
+// On a symmetric platform, one simulated rank standing for all gives every rank's timings.
+TEST(RankModes, RepresentativeMatchesFullOnSymmetricInput) {
+  for (const char* plan : {"builtin:ddp", "builtin:fsdp", "builtin:ddp-tp", "builtin:fsdp-tp"}) {
+    const core::Program program = planned("zoo:TestModel", plan);
+    sim::PlatformSpec platform = sim::parse_platform("h100");
+    sim::SimOptions options;
+    options.mode = sim::RankMode::representative;
+    const sim::SimResult representative = sim::simulate(program, platform, options);
+    options.mode = sim::RankMode::full;
+    const sim::SimResult full = sim::simulate(program, platform, options);
+    ASSERT_EQ(representative.timings.size(), 1u) << plan;
+    ASSERT_EQ(full.timings.size(), static_cast<std::size_t>(program.world_size)) << plan;
+    for (std::size_t r = 0; r < full.timings.size(); ++r)
+      for (const core::ProgramOp& op : program.ops) {
+        EXPECT_NEAR(full.timings[r][op.id].start, representative.timings[0][op.id].start, 1e-12)
+            << plan << " rank " << r << " op " << op.id << " " << op.name;
+        EXPECT_NEAR(full.timings[r][op.id].end, representative.timings[0][op.id].end, 1e-12)
+            << plan << " rank " << r << " op " << op.id << " " << op.name;
+      }
+    EXPECT_DOUBLE_EQ(full.makespan, representative.makespan) << plan;
+  }
+}
+
+TEST(Determinism, SameInputsGiveIdenticalResults) {
+  const core::Program program = planned("zoo:TestModel", "builtin:fsdp-tp", 3);
+  const sim::PlatformSpec platform = sim::parse_platform("h100:nodes=2,gpus=2,nic=node");
+  const sim::SimResult a = sim::simulate(program, platform);
+  const sim::SimResult b = sim::simulate(program, platform);
+  ASSERT_EQ(a.timings.size(), b.timings.size());
+  for (std::size_t s = 0; s < a.timings.size(); ++s)
+    for (std::size_t i = 0; i < a.timings[s].size(); ++i) {
+      EXPECT_EQ(a.timings[s][i].start, b.timings[s][i].start);
+      EXPECT_EQ(a.timings[s][i].end, b.timings[s][i].end);
+    }
+  ASSERT_EQ(a.collectives.size(), b.collectives.size());
+  for (std::size_t i = 0; i < a.collectives.size(); ++i) {
+    EXPECT_EQ(a.collectives[i].start, b.collectives[i].start);
+    EXPECT_EQ(a.collectives[i].end, b.collectives[i].end);
+  }
+  EXPECT_EQ(a.makespan, b.makespan);
+}
+
+TEST(Errors, MoreRanksThanDevicesIsAnInputError) {
+  const core::Program program = planned("zoo:TestModel", "builtin:fsdp");  // 4 ranks
+  try {
+    sim::simulate(program, sim::parse_platform("h100:gpus=2"));
+    FAIL() << "expected InputError";
+  } catch (const core::InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("has 2 devices but the plan needs 4 ranks"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(Errors, StragglerOutsideTheWorld) {
+  const core::Program program = planned("zoo:TestModel", "builtin:ddp");
+  sim::SimOptions options;
+  options.stragglers[7] = 2;
+  EXPECT_THROW(sim::simulate(program, sim::parse_platform("h100"), options), core::InputError);
+}
+
+}  // namespace
+}  // namespace stratsim::test
