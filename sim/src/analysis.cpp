@@ -63,6 +63,25 @@ double makespan_of(const SimResult& result) {
   return makespan;
 }
 
+// Communication, exposed communication and overlap of one rank inside one iteration's window
+// [it.start, it.end): every op interval clipped to the window, so work that spills over from the
+// previous iteration counts where it runs.
+void window_overlap(const core::Program& program, const std::vector<OpTiming>& timings, IterationStats& it) {
+  std::vector<Interval> compute, communication;
+  const std::size_t n = std::min(timings.size(), program.ops.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const Interval clipped{std::max(timings[i].start, it.start), std::min(timings[i].end, it.end)};
+    if (clipped.second <= clipped.first) continue;
+    (program.ops[i].type == core::OpType::compute ? compute : communication).push_back(clipped);
+  }
+  const std::vector<Interval> compute_union = merge(std::move(compute));
+  const std::vector<Interval> comm_union = merge(std::move(communication));
+  it.communication = measure(comm_union);
+  const double both = intersection(comm_union, compute_union);
+  it.exposed_communication = it.communication - both;
+  it.overlap = it.communication > 0 ? both / it.communication : 0.0;
+}
+
 std::vector<IterationStats> iteration_stats(const core::Program& program, const SimResult& result,
                                             const Workload& workload) {
   const std::size_t count = result.iteration_end.size();
@@ -83,6 +102,7 @@ std::vector<IterationStats> iteration_stats(const core::Program& program, const 
       it.tokens_per_second = it.samples_per_second * workload.tokens_per_sample;
       it.model_tflops_per_device = flops[i] / it.step_time / 1e12;
     }
+    if (!result.timings.empty()) window_overlap(program, result.timings.front(), it);
     out.push_back(it);
     start = it.end;
   }

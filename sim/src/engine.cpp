@@ -245,12 +245,15 @@ void Simulation::run_collective(int sim_rank, const ProgramOp& op) {
   const std::vector<int> instances = instances_of(rank, op);
   std::vector<int> to_drive;
   for (int instance : instances) {
-    auto& slot = rendezvous_[{op.id, instance}];
-    if (!slot) {
-      slot = std::make_unique<Rendezvous>();
-      slot->expected = members_simulated(op, instance);
+    auto it = rendezvous_.find({op.id, instance});
+    if (it == rendezvous_.end()) {
+      // Creating the condition variable is a simcall, so other actors run meanwhile and may
+      // create the same rendezvous: build it first, insert only if still absent.
+      auto fresh = std::make_unique<Rendezvous>();
+      fresh->expected = members_simulated(op, instance);
+      it = rendezvous_.try_emplace({op.id, instance}, std::move(fresh)).first;
     }
-    if (++slot->arrived == slot->expected) to_drive.push_back(instance);
+    if (++it->second->arrived == it->second->expected) to_drive.push_back(instance);
   }
   if (!to_drive.empty()) drive_instances(op, to_drive);
   double start = 0, end = 0;
@@ -442,7 +445,7 @@ SimResult run_engine(const Program& program, const PlatformSpec& platform, const
   configure_simgrid(engine);
   // Actors need little stack; small stacks without guard pages let full mode run tens of
   // thousands of them (simulators.md 4.7: vm.max_map_count otherwise).
-  engine.set_config("contexts/stack-size:128");
+  engine.set_config("contexts/stack-size:1024");
   engine.set_config("contexts/guard-size:0");
   sg_link_load_plugin_init();
   BuiltPlatform built = build_platform(platform);

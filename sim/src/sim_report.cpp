@@ -47,12 +47,13 @@ std::string mode_line(const SimResult& result) {
 
 void iteration_section(std::string& out, const Analysis& analysis) {
   out += "\niterations:\n";
-  out += fmt::format("  {:>5}  {:>12}  {:>16}  {:>16}  {:>14}\n", "iter", "step time", "samples/s", "tokens/s",
-                     "TFLOP/s/device");
+  out += fmt::format("  {:>5}  {:>12}  {:>12}  {:>12}  {:>14}  {:>12}  {:>12}  {:>8}\n", "iter", "step time",
+                     "samples/s", "tokens/s", "TFLOP/s/device", "comm", "exposed", "overlap");
   for (const IterationStats& it : analysis.iterations)
-    out += fmt::format("  {:>5}  {:>12}  {:>16}  {:>16}  {:>14.3f}\n", it.iteration, format_seconds(it.step_time),
-                       si(it.samples_per_second), it.tokens_per_second > 0 ? si(it.tokens_per_second) : "-",
-                       it.model_tflops_per_device);
+    out += fmt::format("  {:>5}  {:>12}  {:>12}  {:>12}  {:>14.3f}  {:>12}  {:>12}  {:>7.1f}%\n", it.iteration,
+                       format_seconds(it.step_time), si(it.samples_per_second),
+                       it.tokens_per_second > 0 ? si(it.tokens_per_second) : "-", it.model_tflops_per_device,
+                       format_seconds(it.communication), format_seconds(it.exposed_communication), 100 * it.overlap);
   // The first iteration carries warm-up (first gathers, empty pipelines); the rest is steady state.
   if (analysis.iterations.size() > 2) {
     double total = 0;
@@ -137,7 +138,10 @@ json iteration_json(const IterationStats& it) {
           {"step_time_s", it.step_time},
           {"samples_per_s", it.samples_per_second},
           {"tokens_per_s", it.tokens_per_second},
-          {"model_tflops_per_device", it.model_tflops_per_device}};
+          {"model_tflops_per_device", it.model_tflops_per_device},
+          {"communication_s", it.communication},
+          {"exposed_communication_s", it.exposed_communication},
+          {"overlap", it.overlap}};
 }
 
 json rank_json(const RankStats& r) {

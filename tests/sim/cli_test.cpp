@@ -68,7 +68,7 @@ TEST(SimulateCli, WritesReportTraceAndTimeline) {
 }
 
 TEST(SimulateCli, SameInputsGiveByteIdenticalJson) {
-  const std::string args = "simulate --quiet --model zoo:TestModel --plan builtin:ddp-tp --platform h100:nodes=2,gpus=2 --json";
+  const std::string args = "simulate --quiet --model zoo:Net --plan builtin:ddp-tp --platform h100:nodes=2,gpus=2 --json";
   const CliRun a = run(args), b = run(args);
   ASSERT_EQ(a.code, 0) << a.out;
   EXPECT_EQ(a.out, b.out);

@@ -2,6 +2,7 @@
 // respect the physical limits of simulators.md section 5.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,8 @@ core::Plan plan_of(const std::string& text) {
   if (text.starts_with("builtin:") || text.find('{') == std::string::npos) return core::load_plan(text);
   return core::parse_plan(core::JsonReader(nlohmann::json::parse(text), "scenario"));
 }
+
+void PrintTo(const Scenario& scenario, std::ostream* out) { *out << scenario.name; }
 
 class Scenarios : public ::testing::TestWithParam<Scenario> {};
 
@@ -64,7 +67,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Scenario{"ddp_net", "zoo:Net", "builtin:ddp", "h100:gpus=2"},
         Scenario{"fsdp_tp", "zoo:TestModel", STRATSIM_TEST_DATA "/seed_fsdp_tp.yaml", "h100:gpus=4"},
-        Scenario{"ddp_tp", "zoo:TestModel", "builtin:ddp-tp", "h100:nodes=2,gpus=2"},
+        Scenario{"ddp_tp", "zoo:Net", "builtin:ddp-tp", "h100:nodes=2,gpus=2"},
         Scenario{"compose_fully_shard_replicate", "zoo:CompositeModel",
                  R"({"world_size": 2, "steps": [{"fully_shard": {"module": "u1"}}, {"fully_shard": {"module": "u2"}},
                      {"replicate": {"module": ""}}]})",

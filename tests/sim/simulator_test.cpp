@@ -103,8 +103,12 @@ core::Program planned(const std::string& model, const std::string& plan, int ite
 
 // On a symmetric platform, one simulated rank standing for all gives every rank's timings.
 TEST(RankModes, RepresentativeMatchesFullOnSymmetricInput) {
-  for (const char* plan : {"builtin:ddp", "builtin:fsdp", "builtin:ddp-tp", "builtin:fsdp-tp"}) {
-    const core::Program program = planned("zoo:TestModel", plan);
+  const std::vector<std::pair<std::string, std::string>> cases = {{"zoo:TestModel", "builtin:ddp"},
+                                                                   {"zoo:TestModel", "builtin:fsdp"},
+                                                                   {"zoo:Net", "builtin:ddp-tp"},
+                                                                   {"zoo:TestModel", "builtin:fsdp-tp"}};
+  for (const auto& [model, plan] : cases) {
+    const core::Program program = planned(model, plan);
     sim::PlatformSpec platform = sim::parse_platform("h100");
     sim::SimOptions options;
     options.mode = sim::RankMode::representative;

@@ -41,6 +41,8 @@ struct IterationStats {
   double start = 0, end = 0, step_time = 0;
   double samples_per_second = 0, tokens_per_second = 0;
   double model_tflops_per_device = 0;  // compute FLOPs of the iteration / step time / 1e12
+  // Within [start, end) on the first simulated rank, as RankStats defines them.
+  double communication = 0, exposed_communication = 0, overlap = 0;
 };
 
 struct CollectiveStats {
