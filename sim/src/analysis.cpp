@@ -209,7 +209,8 @@ std::string describe_ranks(const std::vector<int>& ranks, std::size_t max_ranges
     std::size_t j = i;
     while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
     if (ranges == max_ranges) return out + fmt::format(",... ({} ranks)", ranks.size());
-    out += (ranges ? "," : "") + (j > i ? fmt::format("{}-{}", ranks[i], ranks[j]) : fmt::format("{}", ranks[i]));
+    if (ranges) out += ',';
+    out += j > i ? fmt::format("{}-{}", ranks[i], ranks[j]) : fmt::format("{}", ranks[i]);
     ++ranges;
     i = j + 1;
   }

@@ -100,6 +100,7 @@ class Simulation {
   void drive_instances(const ProgramOp& op, const std::vector<int>& instances);
   void drive_instance(const ProgramOp& op, int instance);
   const std::vector<int>& group_members(const ProgramOp& op, int instance);
+  bool node_local(int group);
   double route_latency(sg4::Host* from, sg4::Host* to);
   const Schedule& schedule_for(const ProgramOp& op, Algorithm algorithm, const std::vector<int>& member_nodes);
   Algorithm algorithm_for(const ProgramOp& op, const std::vector<int>& member_nodes);
@@ -120,7 +121,8 @@ class Simulation {
   std::vector<CollectiveRun> runs_;
   LinkCosts costs_;
   std::map<std::pair<sg4::Host*, sg4::Host*>, double> latency_cache_;  // lookups only: pointer order is harmless
-  std::vector<std::vector<std::vector<int>>> groups_;  // per program group: every instance's ranks
+  std::vector<std::vector<std::vector<int>>> groups_;
+  std::vector<int> node_local_;  // per program group: -1 unknown, 0/1  // per program group: every instance's ranks
   std::map<std::tuple<int, int, double, std::vector<int>>, Schedule> schedule_cache_;
   std::map<std::tuple<int, double, std::vector<int>>, Algorithm> algorithm_cache_;
   std::int64_t flows_ = 0;
@@ -279,6 +281,24 @@ void Simulation::drive_instances(const ProgramOp& op, const std::vector<int>& in
     drive_instance(op, instances.front());
     return;
   }
+  if (sim_ranks_.size() == 1 && node_local(op.group)) {
+    // Every instance lives inside its own node and touches only that node's links, and in
+    // representative mode every node sees the same traffic: run one, copy its times to the rest.
+    drive_instance(op, instances.front());
+    const Rendezvous& first = *rendezvous_.at({op.id, instances.front()});
+    const CollectiveRun model = runs_.back();
+    for (std::size_t i = 1; i < instances.size(); ++i) {
+      Rendezvous& slot = *rendezvous_.at({op.id, instances[i]});
+      slot.start = first.start;
+      slot.end = first.end;
+      slot.done = true;
+      CollectiveRun copy = model;
+      copy.instance = instances[i];
+      copy.ranks = group_members(op, instances[i]);
+      runs_.push_back(std::move(copy));
+    }
+    return;
+  }
   std::vector<sg4::ActorPtr> drivers;
   drivers.reserve(instances.size());
   for (int instance : instances) {
@@ -287,6 +307,28 @@ void Simulation::drive_instances(const ProgramOp& op, const std::vector<int>& in
                                          [this, &op, instance] { drive_instance(op, instance); }));
   }
   for (const sg4::ActorPtr& driver : drivers) driver->join();
+}
+
+// True when every instance of the group lies inside one node and no two share a node, on a
+// generated platform (where intra-node routes use only that node's links): the instances are then
+// link-disjoint copies of each other.
+bool Simulation::node_local(int group) {
+  if (node_local_.empty()) node_local_.assign(program_.groups.size(), -1);
+  if (node_local_[group] >= 0) return node_local_[group] == 1;
+  bool local = platform_.kind != PlatformKind::xml && platform_.kind != PlatformKind::cpu_host;
+  if (groups_.empty()) groups_.resize(program_.groups.size());
+  auto& instances = groups_[group];
+  if (instances.empty()) instances = program_.mesh.all_groups(program_.groups[group].mesh_dims);
+  std::vector<char> node_used(built_.devices.size(), 0);
+  for (const auto& members : instances) {
+    if (!local) break;
+    const int node = built_.node_of[members.front()];
+    for (int rank : members) local = local && built_.node_of[rank] == node;
+    local = local && !node_used[node];
+    node_used[node] = 1;
+  }
+  node_local_[group] = local ? 1 : 0;
+  return local;
 }
 
 const std::vector<int>& Simulation::group_members(const ProgramOp& op, int instance) {
@@ -410,7 +452,11 @@ SimResult Simulation::collect(RankMode mode) {
     }
   for (std::size_t i = 1; i < result.iteration_end.size(); ++i)
     result.iteration_end[i] = std::max(result.iteration_end[i], result.iteration_end[i - 1]);
-  result.makespan = sg4::Engine::get_clock();
+  // The clock is not reliable once the engine has stopped (3.32): take the last op's end.
+  result.makespan = 0;
+  for (const auto& timings : result.timings)
+    for (const OpTiming& timing : timings) result.makespan = std::max(result.makespan, timing.end);
+  for (const CollectiveRun& run : runs_) result.makespan = std::max(result.makespan, run.end);
   std::sort(runs_.begin(), runs_.end(), [](const CollectiveRun& a, const CollectiveRun& b) {
     return std::tie(a.start, a.op, a.instance) < std::tie(b.start, b.op, b.instance);
   });
@@ -445,7 +491,7 @@ SimResult run_engine(const Program& program, const PlatformSpec& platform, const
   configure_simgrid(engine);
   // Actors need little stack; small stacks without guard pages let full mode run tens of
   // thousands of them (simulators.md 4.7: vm.max_map_count otherwise).
-  engine.set_config("contexts/stack-size:1024");
+  engine.set_config("contexts/stack-size:256");
   engine.set_config("contexts/guard-size:0");
   sg_link_load_plugin_init();
   BuiltPlatform built = build_platform(platform);

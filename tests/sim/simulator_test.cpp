@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sim_test_support.hpp"
@@ -103,13 +104,18 @@ core::Program planned(const std::string& model, const std::string& plan, int ite
 
 // On a symmetric platform, one simulated rank standing for all gives every rank's timings.
 TEST(RankModes, RepresentativeMatchesFullOnSymmetricInput) {
-  const std::vector<std::pair<std::string, std::string>> cases = {{"zoo:TestModel", "builtin:ddp"},
-                                                                   {"zoo:TestModel", "builtin:fsdp"},
-                                                                   {"zoo:Net", "builtin:ddp-tp"},
-                                                                   {"zoo:TestModel", "builtin:fsdp-tp"}};
-  for (const auto& [model, plan] : cases) {
+  // The 2 x 2 cases put each TP group inside its own node: representative mode runs one instance
+  // of such node-local collectives and copies it, which must change nothing.
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"zoo:TestModel", "builtin:ddp", "h100"},
+      {"zoo:TestModel", "builtin:fsdp", "h100"},
+      {"zoo:Net", "builtin:ddp-tp", "h100"},
+      {"zoo:TestModel", "builtin:fsdp-tp", "h100"},
+      {"zoo:Net", "builtin:ddp-tp", "h100:nodes=2,gpus=2"},
+      {"zoo:TestModel", "builtin:fsdp-tp", "h100:nodes=2,gpus=2,nic=node"}};
+  for (const auto& [model, plan, platform_name] : cases) {
     const core::Program program = planned(model, plan);
-    sim::PlatformSpec platform = sim::parse_platform("h100");
+    sim::PlatformSpec platform = sim::parse_platform(platform_name);
     sim::SimOptions options;
     options.mode = sim::RankMode::representative;
     const sim::SimResult representative = sim::simulate(program, platform, options);
