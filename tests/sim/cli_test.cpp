@@ -11,26 +11,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../cli_support.hpp"
+
 namespace {
 
-struct CliRun {
-  int code = 0;
-  std::string out;  // stdout + stderr
-};
+using stratsim::test::CliRun;
 
-// stderr is merged unless `stdout_only` (sanitizer builds warn on stderr about SimGrid's stack
-// switching, which is not the tool's output).
-CliRun run(const std::string& args, bool stdout_only = false) {
-  const std::string command = std::string(STRATSIM_BINARY) + " " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
-  CliRun result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return {-1, "popen failed"};
-  std::array<char, 4096> buffer{};
-  while (std::size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) result.out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+CliRun run(const std::string& args, bool stdout_only = false) { return stratsim::test::run_cli(args, stdout_only); }
 
 std::string data(const std::string& name) { return std::string(STRATSIM_TEST_DATA) + "/" + name; }
 

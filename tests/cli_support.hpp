@@ -1,0 +1,31 @@
+// Runs the real stratsim binary (path in STRATSIM_BINARY) for the CLI tests of every layer.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace stratsim::test {
+
+struct CliRun {
+  int code = 0;
+  std::string out;  // stdout, plus stderr unless stdout_only
+};
+
+// stderr is merged unless `stdout_only` (sanitizer builds warn on stderr about SimGrid's stack
+// switching, which is not the tool's output).
+inline CliRun run_cli(const std::string& args, bool stdout_only = false) {
+  const std::string command = std::string(STRATSIM_BINARY) + " " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
+  CliRun result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  std::array<char, 4096> buffer{};
+  while (std::size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) result.out.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+}  // namespace stratsim::test
