@@ -44,10 +44,12 @@ struct SimulateArgs {
 };
 
 std::map<core::CollectiveKind, sim::Algorithm> parse_algorithms(const std::vector<std::string>& items) {
-  static const std::map<std::string, core::CollectiveKind> kinds = {
-      {"all_reduce", core::CollectiveKind::all_reduce},       {"all_gather", core::CollectiveKind::all_gather},
-      {"reduce_scatter", core::CollectiveKind::reduce_scatter}, {"broadcast", core::CollectiveKind::broadcast},
-      {"all_to_all", core::CollectiveKind::all_to_all}};
+  // Named as the core names them (collective_kind_name), so the two never drift apart.
+  std::map<std::string, core::CollectiveKind, std::less<>> kinds;
+  for (core::CollectiveKind kind : {core::CollectiveKind::all_reduce, core::CollectiveKind::all_gather,
+                                    core::CollectiveKind::reduce_scatter, core::CollectiveKind::broadcast,
+                                    core::CollectiveKind::all_to_all})
+    kinds.emplace(core::collective_kind_name(kind), kind);
   std::map<core::CollectiveKind, sim::Algorithm> result;
   for (const std::string& item : items) {
     const auto eq = item.find('=');

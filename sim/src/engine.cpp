@@ -14,7 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -96,10 +96,11 @@ class Simulation {
   void run_compute(SimRank& rank, const ProgramOp& op);
   void run_collective(int sim_rank, const ProgramOp& op);
   std::vector<int> instances_of(const SimRank& rank, const ProgramOp& op) const;
-  int members_simulated(const ProgramOp& op, int instance) const;
+  int members_simulated(const ProgramOp& op) const;
   void drive_instances(const ProgramOp& op, const std::vector<int>& instances);
   void drive_instance(const ProgramOp& op, int instance);
-  const std::vector<int>& group_members(const ProgramOp& op, int instance);
+  const std::vector<std::vector<int>>& group_instances(int group);
+  const std::vector<int>& group_members(const ProgramOp& op, int instance) { return group_instances(op.group).at(instance); }
   bool node_local(int group);
   double route_latency(sg4::Host* from, sg4::Host* to);
   const Schedule& schedule_for(const ProgramOp& op, Algorithm algorithm, const std::vector<int>& member_nodes);
@@ -114,15 +115,14 @@ class Simulation {
   ProgressBar progress_;
 
   std::vector<SimRank> sim_ranks_;
-  std::vector<int> sim_rank_of_;  // rank -> simulated rank
   std::vector<std::vector<int>> stream_ops_;
   sg4::MutexPtr lock_ = sg4::Mutex::create();  // actors are cooperative; the lock only feeds the condition variables
   std::map<std::pair<int, int>, std::unique_ptr<Rendezvous>> rendezvous_;
   std::vector<CollectiveRun> runs_;
   LinkCosts costs_;
   std::map<std::pair<sg4::Host*, sg4::Host*>, double> latency_cache_;  // lookups only: pointer order is harmless
-  std::vector<std::vector<std::vector<int>>> groups_;
-  std::vector<int> node_local_;  // per program group: -1 unknown, 0/1  // per program group: every instance's ranks
+  std::vector<std::vector<std::vector<int>>> groups_;  // per program group: every instance's ranks
+  std::vector<int> node_local_;                        // per program group: -1 unknown, 0 or 1
   std::map<std::tuple<int, int, double, std::vector<int>>, Schedule> schedule_cache_;
   std::map<std::tuple<int, double, std::vector<int>>, Algorithm> algorithm_cache_;
   std::int64_t flows_ = 0;
@@ -130,7 +130,6 @@ class Simulation {
 
 void Simulation::layout_ranks(RankMode mode) {
   const int world = program_.world_size;
-  sim_rank_of_.assign(world, 0);
   if (mode == RankMode::representative) {
     SimRank rank;
     for (int r = 0; r < world; ++r) rank.ranks.push_back(r);
@@ -139,7 +138,6 @@ void Simulation::layout_ranks(RankMode mode) {
     for (int r = 0; r < world; ++r) {
       SimRank rank;
       rank.ranks = {r};
-      sim_rank_of_[r] = r;
       sim_ranks_.push_back(std::move(rank));
     }
   }
@@ -234,9 +232,8 @@ std::vector<int> Simulation::instances_of(const SimRank& rank, const ProgramOp& 
 }
 
 // How many simulated ranks must arrive before the instance can start.
-int Simulation::members_simulated(const ProgramOp& op, int instance) const {
+int Simulation::members_simulated(const ProgramOp& op) const {
   if (sim_ranks_.size() == 1) return 1;
-  (void)instance;
   return program_.mesh.group_size(program_.groups[op.group].mesh_dims);
 }
 
@@ -252,7 +249,7 @@ void Simulation::run_collective(int sim_rank, const ProgramOp& op) {
       // Creating the condition variable is a simcall, so other actors run meanwhile and may
       // create the same rendezvous: build it first, insert only if still absent.
       auto fresh = std::make_unique<Rendezvous>();
-      fresh->expected = members_simulated(op, instance);
+      fresh->expected = members_simulated(op);
       it = rendezvous_.try_emplace({op.id, instance}, std::move(fresh)).first;
     }
     if (++it->second->arrived == it->second->expected) to_drive.push_back(instance);
@@ -275,7 +272,7 @@ void Simulation::run_collective(int sim_rank, const ProgramOp& op) {
 }
 
 // Runs several instances at once: one actor each so their flows share the network concurrently,
-// then waits for all of them.
+// then waits for all of them (node-local instances in representative mode: one, copied).
 void Simulation::drive_instances(const ProgramOp& op, const std::vector<int>& instances) {
   if (instances.size() == 1) {
     drive_instance(op, instances.front());
@@ -316,11 +313,8 @@ bool Simulation::node_local(int group) {
   if (node_local_.empty()) node_local_.assign(program_.groups.size(), -1);
   if (node_local_[group] >= 0) return node_local_[group] == 1;
   bool local = platform_.kind != PlatformKind::xml && platform_.kind != PlatformKind::cpu_host;
-  if (groups_.empty()) groups_.resize(program_.groups.size());
-  auto& instances = groups_[group];
-  if (instances.empty()) instances = program_.mesh.all_groups(program_.groups[group].mesh_dims);
   std::vector<char> node_used(built_.devices.size(), 0);
-  for (const auto& members : instances) {
+  for (const auto& members : group_instances(group)) {
     if (!local) break;
     const int node = built_.node_of[members.front()];
     for (int rank : members) local = local && built_.node_of[rank] == node;
@@ -331,11 +325,12 @@ bool Simulation::node_local(int group) {
   return local;
 }
 
-const std::vector<int>& Simulation::group_members(const ProgramOp& op, int instance) {
+// Every instance of a program group, as DeviceMesh::all_groups lists them; computed once per group.
+const std::vector<std::vector<int>>& Simulation::group_instances(int group) {
   if (groups_.empty()) groups_.resize(program_.groups.size());
-  auto& instances = groups_[op.group];
-  if (instances.empty()) instances = program_.mesh.all_groups(program_.groups[op.group].mesh_dims);
-  return instances.at(instance);
+  auto& instances = groups_[group];
+  if (instances.empty()) instances = program_.mesh.all_groups(program_.groups[group].mesh_dims);
+  return instances;
 }
 
 double Simulation::route_latency(sg4::Host* from, sg4::Host* to) {
@@ -478,6 +473,12 @@ SimResult Simulation::collect(RankMode mode) {
 
 }  // namespace
 
+void require_devices(const PlatformSpec& platform, int devices, int world_size) {
+  if (devices < world_size)
+    throw core::InputError(fmt::format("platform \"{}\" has {} devices but the plan needs {} ranks (one rank per device)",
+                                       platform.name, devices, world_size));
+}
+
 RankMode effective_mode(const SimOptions& options) {
   if (options.mode != RankMode::automatic) return options.mode;
   return options.stragglers.empty() ? RankMode::representative : RankMode::full;
@@ -495,9 +496,7 @@ SimResult run_engine(const Program& program, const PlatformSpec& platform, const
   engine.set_config("contexts/guard-size:0");
   sg_link_load_plugin_init();
   BuiltPlatform built = build_platform(platform);
-  if (static_cast<int>(built.devices.size()) < program.world_size)
-    throw core::InputError(fmt::format("platform \"{}\" has {} devices but the plan needs {} ranks (one rank per device)",
-                                       platform.name, built.devices.size(), program.world_size));
+  require_devices(platform, static_cast<int>(built.devices.size()), program.world_size);
   for (sg4::Link* link : built.links) sg_link_load_track(link);
   Simulation simulation(program, platform, options, std::move(built));
   return simulation.run(effective_mode(options));

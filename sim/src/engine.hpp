@@ -7,6 +7,9 @@
 
 namespace stratsim::sim::detail {
 
+// Throws core::InputError when the platform has fewer devices than the program has ranks.
+void require_devices(const PlatformSpec& platform, int devices, int world_size);
+
 // Resolves the rank mode: representative unless stragglers ask for per-rank behaviour.
 RankMode effective_mode(const SimOptions& options);
 

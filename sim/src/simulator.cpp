@@ -72,9 +72,8 @@ std::string read_all(int fd) {
 }
 
 void validate(const core::Program& program, const PlatformSpec& platform, const SimOptions& options) {
-  if (platform.kind != PlatformKind::xml && platform.device_count() < program.world_size)
-    throw core::InputError(fmt::format("platform \"{}\" has {} devices but the plan needs {} ranks (one rank per device)",
-                                       platform.name, platform.device_count(), program.world_size));
+  // An XML platform's device count is known only once SimGrid has loaded it (run_engine checks).
+  if (platform.kind != PlatformKind::xml) detail::require_devices(platform, platform.device_count(), program.world_size);
   for (const auto& [rank, factor] : options.stragglers) {
     if (rank < 0 || rank >= program.world_size)
       throw core::InputError(fmt::format("straggler rank {} is outside the world of {} ranks", rank, program.world_size));
