@@ -8,9 +8,12 @@
 //                                     W/8 nodes; two steps (DDP rebuilds its buckets after the first)
 //   * BM_Simulate_Layers_FSDP/L       a LLaMA-7B-wide model with L layers, FSDP on 64 ranks
 //   * BM_Simulate_FullMode_FSDP/W     every rank simulated (no symmetry), for comparison
+//   * BM_Simulate_Unfolded_FSDP/W     representative mode without folding the network by node
+//                                     symmetry: every node's flows simulated, for comparison
 //
 // Counters: step_s (simulated seconds of the last step), ops (program ops), flows (SimGrid comms
-// started), collectives (group instances run), child_rss_MiB (peak RSS of the simulation process).
+// started), collectives (group instances run), child_rss_MiB (peak RSS of the simulation process),
+// folded_nodes (nodes simulated when the network was folded; 0 when not).
 // benchmarks/README.md has the figures.
 #include <sys/resource.h>
 
@@ -62,9 +65,10 @@ double child_peak_rss_mib() {
 }
 
 void run(benchmark::State& state, const core::Program& program, const sim::PlatformSpec& platform,
-         sim::RankMode mode = sim::RankMode::automatic) {
+         sim::RankMode mode = sim::RankMode::automatic, bool fold = true) {
   sim::SimOptions options;
   options.mode = mode;
+  options.fold = fold;
   sim::SimResult result;
   for (auto _ : state) {
     result = sim::simulate(program, platform, options);
@@ -78,6 +82,7 @@ void run(benchmark::State& state, const core::Program& program, const sim::Platf
   state.counters["collectives"] = static_cast<double>(result.collectives.size());
   state.counters["child_rss_MiB"] = child_peak_rss_mib();
   state.counters["world"] = program.world_size;
+  state.counters["folded_nodes"] = result.folded_nodes;
 }
 
 sim::PlatformSpec h100_cluster(int world) {
@@ -137,6 +142,17 @@ void BM_Simulate_FullMode_FSDP(benchmark::State& state) {
 BENCHMARK(BM_Simulate_FullMode_FSDP)
     ->RangeMultiplier(4)
     ->Range(8, 512)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1)
+    ->UseRealTime();
+
+void BM_Simulate_Unfolded_FSDP(benchmark::State& state) {
+  const int world = static_cast<int>(state.range(0));
+  run(state, plan_program(llama7b(), fsdp_plan(world), 1), h100_cluster(world), sim::RankMode::representative, false);
+}
+BENCHMARK(BM_Simulate_Unfolded_FSDP)
+    ->RangeMultiplier(4)
+    ->Range(64, 4096)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1)
     ->UseRealTime();

@@ -39,6 +39,7 @@ struct SimulateArgs {
   std::vector<std::string> algorithms;  // kind=algorithm
   std::string compute_model;
   std::string ranks = "auto";
+  bool no_fold = false;
   std::vector<std::string> stragglers;  // rank=factor
   bool quiet = false;
 };
@@ -120,6 +121,7 @@ int run_simulate(const SimulateArgs& args) {
   sim::SimOptions options;
   options.algorithms = parse_algorithms(args.algorithms);
   options.mode = parse_mode(args.ranks);
+  options.fold = !args.no_fold;
   options.stragglers = parse_stragglers(args.stragglers);
   if (!args.compute_model.empty()) options.compute.apply_overrides(args.compute_model);
   options.progress = !args.quiet && ::isatty(STDERR_FILENO);
@@ -181,6 +183,8 @@ const Register simulate_command("simulate", [](CLI::App& app) {
   cmd->add_option("--ranks", args->ranks, "auto | representative (one simulated rank stands for all) | full (every rank)")
       ->capture_default_str();
   cmd->add_option("--straggler", args->stragglers, "RANK=FACTOR: that rank computes FACTOR times slower (repeatable; full mode)");
+  cmd->add_flag("--no-fold", args->no_fold,
+                "Representative mode: simulate every node's flows instead of folding the network by node symmetry");
   cmd->add_flag("--quiet", args->quiet, "No progress bar");
   return Subcommand{cmd, [args] { return run_simulate(*args); }};
 });

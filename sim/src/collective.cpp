@@ -121,29 +121,33 @@ std::vector<int> identity_members(int p) {
 // of `bytes` (size-1 chunks of bytes/size).
 double ring_pass_bytes(int size, double bytes) { return (size - 1) * (bytes / size); }
 
-Schedule ring_schedule(CollectiveKind kind, int p, double bytes) {
+// `full` is the size of the group the schedule stands for (see build_folded_schedule): the ring
+// closes over the p simulated members but moves the full ring's chunks for its latency steps.
+Schedule ring_schedule(CollectiveKind kind, int p, double bytes, int full) {
   Schedule schedule;
   const std::vector<int> members = identity_members(p);
   switch (kind) {
     case CollectiveKind::all_reduce: {
-      SchedulePhase phase = make_phase("ring all-reduce", 2 * (p - 1));
-      add_ring(phase, members, 2 * ring_pass_bytes(p, bytes));
+      SchedulePhase phase = make_phase("ring all-reduce", 2 * (full - 1));
+      add_ring(phase, members, 2 * ring_pass_bytes(full, bytes));
       append(schedule, std::move(phase));
       break;
     }
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter: {
       SchedulePhase phase =
-          make_phase(kind == CollectiveKind::all_gather ? "ring all-gather" : "ring reduce-scatter", p - 1);
-      add_ring(phase, members, ring_pass_bytes(p, bytes));
+          make_phase(kind == CollectiveKind::all_gather ? "ring all-gather" : "ring reduce-scatter", full - 1);
+      add_ring(phase, members, ring_pass_bytes(full, bytes));
       append(schedule, std::move(phase));
       break;
     }
     case CollectiveKind::broadcast: {
       // Pipelined chain from member 0: each hop forwards the whole buffer, the hops overlap, so
-      // the buffer crosses one link's worth of bandwidth and p-1 latencies.
-      SchedulePhase phase = make_phase("chain broadcast", p - 1);
-      add_chain(phase, members, bytes);
+      // the buffer crosses one link's worth of bandwidth and p-1 latencies. Folded, the hop out
+      // of the last simulated member stands for the hop into the next block: the chain closes.
+      SchedulePhase phase = make_phase("chain broadcast", full - 1);
+      if (full > p) add_ring(phase, members, bytes);
+      else add_chain(phase, members, bytes);
       append(schedule, std::move(phase));
       break;
     }
@@ -210,8 +214,10 @@ int dtree_depth(int tree, int p) {
 
 // All-reduce: each tree carries half the buffer. One phase reduces up both trees, one broadcasts
 // down them; each phase stands for the deeper tree's depth in latency steps.
-Schedule tree_all_reduce(int p, double bytes) {
-  const int depth = std::max(dtree_depth(0, p), dtree_depth(1, p));
+// Folded (full > p), the trees span the simulated members with the full trees' depth: every
+// member still sends and receives what it would (one parent and at most two children per tree).
+Schedule tree_all_reduce(int p, double bytes, int full) {
+  const int depth = std::max(dtree_depth(0, full), dtree_depth(1, full));
   SchedulePhase reduce = make_phase("double binary tree reduce", depth);
   SchedulePhase broadcast = make_phase("double binary tree broadcast", depth);
   reduce.flows.reserve(2 * p);
@@ -244,7 +250,7 @@ Schedule binomial_broadcast(int p, double bytes) {
 }
 
 Schedule tree_schedule(CollectiveKind kind, int p, double bytes) {
-  return kind == CollectiveKind::all_reduce ? tree_all_reduce(p, bytes) : binomial_broadcast(p, bytes);
+  return kind == CollectiveKind::all_reduce ? tree_all_reduce(p, bytes, p) : binomial_broadcast(p, bytes);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -493,9 +499,11 @@ SchedulePhase groups_all_pairs_phase(std::string label, const std::vector<std::v
   return phase;
 }
 
-Schedule hierarchical_schedule(CollectiveKind kind, const NodeLayout& layout, double bytes) {
+// `full_m` is the node count of the group the schedule stands for: folded, the rails close over
+// the simulated nodes but carry the full rails' chunks for their latency steps.
+Schedule hierarchical_schedule(CollectiveKind kind, const NodeLayout& layout, double bytes, int full_m) {
   Schedule schedule;
-  const int g = layout.g(), m = layout.m();
+  const int g = layout.g(), m = full_m;
   const auto rails = layout.rails();
   const double shard = bytes / g;  // what each rail carries across nodes
   switch (kind) {
@@ -516,7 +524,8 @@ Schedule hierarchical_schedule(CollectiveKind kind, const NodeLayout& layout, do
     case CollectiveKind::broadcast: {
       // Root is member 0, local index 0: chain across nodes on its rail, then a chain per node.
       SchedulePhase inter = make_phase("inter broadcast", m - 1);
-      add_chain(inter, rails.front(), bytes);
+      if (m > layout.m()) add_ring(inter, rails.front(), bytes);
+      else add_chain(inter, rails.front(), bytes);
       append(schedule, std::move(inter));
       SchedulePhase intra = make_phase("intra broadcast", g - 1);
       for (const auto& node : layout.nodes) add_chain(intra, node, bytes);
@@ -721,11 +730,11 @@ Schedule build_schedule(CollectiveKind kind, Algorithm algorithm, const std::vec
   // The shape requirement holds whatever the size, so a flat group fails the same way at 0 bytes.
   if (algorithm == Algorithm::hierarchical) {
     const NodeLayout layout = require_hierarchical_layout(member_nodes);
-    if (bytes > 0) schedule = hierarchical_schedule(kind, layout, bytes);
+    if (bytes > 0) schedule = hierarchical_schedule(kind, layout, bytes, layout.m());
   } else if (p > 1 && bytes > 0) {
     switch (algorithm) {
       case Algorithm::ring:
-        schedule = ring_schedule(kind, p, bytes);
+        schedule = ring_schedule(kind, p, bytes, p);
         break;
       case Algorithm::tree:
         schedule = tree_schedule(kind, p, bytes);
@@ -740,6 +749,42 @@ Schedule build_schedule(CollectiveKind kind, Algorithm algorithm, const std::vec
       case Algorithm::hierarchical:
         break;
     }
+  }
+  schedule.kind = kind;
+  schedule.algorithm = algorithm;
+  return schedule;
+}
+
+bool folds(CollectiveKind kind, Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::ring:
+    case Algorithm::hierarchical:
+      return kind != CollectiveKind::all_to_all;
+    case Algorithm::tree:
+      return kind == CollectiveKind::all_reduce;
+    default:
+      return false;
+  }
+}
+
+Schedule build_folded_schedule(CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes,
+                               int full_size, double bytes) {
+  const int p = static_cast<int>(member_nodes.size());
+  check_group_size(p);
+  check_group_size(full_size);
+  if (full_size == p) return build_schedule(kind, algorithm, member_nodes, bytes);
+  if (full_size < p || full_size % p != 0)
+    fail(fmt::format("a group of {} members cannot stand for {}: the full size must be a multiple", p, full_size));
+  if (!folds(kind, algorithm))
+    fail(fmt::format("algorithm '{}' does not fold {}", algorithm_name(algorithm), kind_name(kind)));
+  check_bytes(bytes);
+  Schedule schedule;
+  if (algorithm == Algorithm::hierarchical) {
+    const NodeLayout layout = require_hierarchical_layout(member_nodes);
+    if (bytes > 0) schedule = hierarchical_schedule(kind, layout, bytes, layout.m() * (full_size / p));
+  } else if (bytes > 0) {
+    schedule =
+        algorithm == Algorithm::ring ? ring_schedule(kind, p, bytes, full_size) : tree_all_reduce(p, bytes, full_size);
   }
   schedule.kind = kind;
   schedule.algorithm = algorithm;
@@ -842,8 +887,8 @@ double estimate_time(const Schedule& schedule, const std::vector<int>& member_no
 static std::vector<Algorithm> nccl_candidates(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::all_reduce:
-    case CollectiveKind::broadcast:
       return {Algorithm::ring, Algorithm::tree, Algorithm::hierarchical};
+    case CollectiveKind::broadcast:  // NCCL broadcasts over rings only (trees are all-reduce's)
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter:
       return {Algorithm::ring, Algorithm::hierarchical};

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -22,6 +23,7 @@
 #include <simgrid/s4u.hpp>
 
 #include "engine.hpp"
+#include "fold.hpp"
 #include "stratsim/core/errors.hpp"
 
 namespace sg4 = simgrid::s4u;
@@ -99,12 +101,17 @@ class Simulation {
   int members_simulated(const ProgramOp& op) const;
   void drive_instances(const ProgramOp& op, const std::vector<int>& instances);
   void drive_instance(const ProgramOp& op, int instance);
-  const std::vector<std::vector<int>>& group_instances(int group);
-  const std::vector<int>& group_members(const ProgramOp& op, int instance) { return group_instances(op.group).at(instance); }
+  void record(const ProgramOp& op, int instance, Algorithm algorithm, double start, double end);
+  const std::vector<int>& group_members(const ProgramOp& op, int instance) const {
+    return folding_.groups[op.group].instances.at(instance);
+  }
+  const std::vector<std::vector<int>>& full_instances(int group);
   bool node_local(int group);
   double route_latency(sg4::Host* from, sg4::Host* to);
   const Schedule& schedule_for(const ProgramOp& op, Algorithm algorithm, const std::vector<int>& member_nodes);
-  Algorithm algorithm_for(const ProgramOp& op, const std::vector<int>& member_nodes);
+  Algorithm algorithm_for(const ProgramOp& op, int instance);
+  Algorithm algorithm_for_members(const ProgramOp& op, const std::vector<int>& full_members);
+  void run_flows(const std::vector<sg4::Host*>& hosts, std::span<const Flow> flows);
   void finish_op(SimRank& rank, const ProgramOp& op, const OpTiming& timing);
   SimResult collect(RankMode mode);
 
@@ -121,10 +128,11 @@ class Simulation {
   std::vector<CollectiveRun> runs_;
   LinkCosts costs_;
   std::map<std::pair<sg4::Host*, sg4::Host*>, double> latency_cache_;  // lookups only: pointer order is harmless
-  std::vector<std::vector<std::vector<int>>> groups_;  // per program group: every instance's ranks
+  Folding folding_;                                                    // the simulated group instances
+  std::vector<std::vector<std::vector<int>>> full_;                    // per program group: every full instance's ranks
   std::vector<int> node_local_;                        // per program group: -1 unknown, 0 or 1
-  std::map<std::tuple<int, int, double, std::vector<int>>, Schedule> schedule_cache_;
-  std::map<std::tuple<int, double, std::vector<int>>, Algorithm> algorithm_cache_;
+  std::map<std::tuple<int, int, double, int, std::vector<int>>, Schedule> schedule_cache_;
+  std::map<std::tuple<int, double, int, int>, Algorithm> algorithm_cache_;
   std::int64_t flows_ = 0;
 };
 
@@ -179,6 +187,12 @@ void Simulation::measure_link_costs() {
 SimResult Simulation::run(RankMode mode) {
   layout_ranks(mode);
   measure_link_costs();
+  folding_ = mode == RankMode::representative && options_.fold
+                 ? plan_folding(program_, platform_,
+                                [this](const ProgramOp& op, const std::vector<int>& full_members) {
+                                  return algorithm_for_members(op, full_members);
+                                })
+                 : no_folding(program_);
   stream_ops_.assign(program_.streams.size(), {});
   for (const ProgramOp& op : program_.ops) stream_ops_[op.stream].push_back(op.id);
   progress_ = ProgressBar(options_.progress, static_cast<std::int64_t>(sim_ranks_.size() * program_.ops.size()));
@@ -226,7 +240,7 @@ std::vector<int> Simulation::instances_of(const SimRank& rank, const ProgramOp& 
     instances.push_back(program_.mesh.group_index(rank.ranks.front(), dims));
     return instances;
   }
-  const int count = program_.world_size / program_.mesh.group_size(dims);
+  const int count = static_cast<int>(folding_.groups[op.group].instances.size());
   for (int i = 0; i < count; ++i) instances.push_back(i);
   return instances;
 }
@@ -283,16 +297,13 @@ void Simulation::drive_instances(const ProgramOp& op, const std::vector<int>& in
     // representative mode every node sees the same traffic: run one, copy its times to the rest.
     drive_instance(op, instances.front());
     const Rendezvous& first = *rendezvous_.at({op.id, instances.front()});
-    const CollectiveRun model = runs_.back();
+    const Algorithm algorithm = runs_.back().algorithm;
     for (std::size_t i = 1; i < instances.size(); ++i) {
       Rendezvous& slot = *rendezvous_.at({op.id, instances[i]});
       slot.start = first.start;
       slot.end = first.end;
       slot.done = true;
-      CollectiveRun copy = model;
-      copy.instance = instances[i];
-      copy.ranks = group_members(op, instances[i]);
-      runs_.push_back(std::move(copy));
+      record(op, instances[i], algorithm, slot.start, slot.end);
     }
     return;
   }
@@ -314,7 +325,7 @@ bool Simulation::node_local(int group) {
   if (node_local_[group] >= 0) return node_local_[group] == 1;
   bool local = platform_.kind != PlatformKind::xml && platform_.kind != PlatformKind::cpu_host;
   std::vector<char> node_used(built_.devices.size(), 0);
-  for (const auto& members : group_instances(group)) {
+  for (const auto& members : folding_.groups[group].instances) {
     if (!local) break;
     const int node = built_.node_of[members.front()];
     for (int rank : members) local = local && built_.node_of[rank] == node;
@@ -325,10 +336,10 @@ bool Simulation::node_local(int group) {
   return local;
 }
 
-// Every instance of a program group, as DeviceMesh::all_groups lists them; computed once per group.
-const std::vector<std::vector<int>>& Simulation::group_instances(int group) {
-  if (groups_.empty()) groups_.resize(program_.groups.size());
-  auto& instances = groups_[group];
+// Every full instance of a program group, as DeviceMesh::all_groups lists them; computed once.
+const std::vector<std::vector<int>>& Simulation::full_instances(int group) {
+  if (full_.empty()) full_.resize(program_.groups.size());
+  auto& instances = full_[group];
   if (instances.empty()) instances = program_.mesh.all_groups(program_.groups[group].mesh_dims);
   return instances;
 }
@@ -342,23 +353,37 @@ double Simulation::route_latency(sg4::Host* from, sg4::Host* to) {
   return it->second;
 }
 
-Algorithm Simulation::algorithm_for(const ProgramOp& op, const std::vector<int>& member_nodes) {
+// The algorithm chosen for the full group (a folded instance runs what the full one would).
+Algorithm Simulation::algorithm_for_members(const ProgramOp& op, const std::vector<int>& full_members) {
+  if (full_members.size() < 2) return Algorithm::ring;
   if (auto it = options_.algorithms.find(op.kind); it != options_.algorithms.end() && it->second != Algorithm::automatic)
     return it->second;
-  auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<double>(op.bytes), member_nodes);
+  std::vector<int> member_nodes;
+  member_nodes.reserve(full_members.size());
+  for (int rank : full_members) member_nodes.push_back(built_.node_of[rank]);
+  return select_algorithm(op.kind, member_nodes, static_cast<double>(op.bytes), costs_);
+}
+
+Algorithm Simulation::algorithm_for(const ProgramOp& op, int instance) {
+  auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<double>(op.bytes), op.group, instance);
   auto it = algorithm_cache_.find(key);
-  if (it == algorithm_cache_.end())
-    it = algorithm_cache_.emplace(key, select_algorithm(op.kind, member_nodes, static_cast<double>(op.bytes), costs_)).first;
+  if (it == algorithm_cache_.end()) {
+    const int full = folding_.groups[op.group].stands_for[instance].front();
+    it = algorithm_cache_.emplace(key, algorithm_for_members(op, full_instances(op.group)[full])).first;
+  }
   return it->second;
 }
 
 const Schedule& Simulation::schedule_for(const ProgramOp& op, Algorithm algorithm, const std::vector<int>& member_nodes) {
+  const int full_size = folding_.groups[op.group].full_size;
   auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<int>(algorithm), static_cast<double>(op.bytes),
-                             member_nodes);
+                             full_size, member_nodes);
   auto it = schedule_cache_.find(key);
   if (it == schedule_cache_.end()) {
     try {
-      it = schedule_cache_.emplace(key, build_schedule(op.kind, algorithm, member_nodes, static_cast<double>(op.bytes)))
+      it = schedule_cache_
+               .emplace(key, build_folded_schedule(op.kind, algorithm, member_nodes, full_size,
+                                                   static_cast<double>(op.bytes)))
                .first;
     } catch (const std::invalid_argument& error) {
       throw core::InputError(fmt::format("{} (op {} \"{}\")", error.what(), op.id, op.name));
@@ -379,40 +404,70 @@ void Simulation::drive_instance(const ProgramOp& op, int instance) {
   }
   Rendezvous& slot = *rendezvous_.at({op.id, instance});
   slot.start = sg4::Engine::get_clock();
-  const Algorithm algorithm = members.size() > 1 ? algorithm_for(op, member_nodes) : Algorithm::ring;
+  const Algorithm algorithm = algorithm_for(op, instance);
   if (platform_.collective_overhead > 0) sg4::this_actor::sleep_for(platform_.collective_overhead);
-  if (members.size() > 1) {
+  if (folding_.groups[op.group].full_size > 1) {
     const Schedule& schedule = schedule_for(op, algorithm, member_nodes);
     for (const SchedulePhase& phase : schedule.phases) {
-      std::vector<sg4::CommPtr> comms;
-      comms.reserve(phase.flows.size());
       double alpha = 0;
-      for (const Flow& flow : phase.flows) {
-        // Schedules split buffers evenly, so a tiny buffer over many ranks gives sub-byte flows;
-        // SimGrid 3.32 serialises zero-byte comms, so every flow carries at least one byte.
-        const auto bytes = static_cast<std::uint64_t>(std::max<long long>(1, std::llround(flow.bytes)));
-        comms.push_back(sg4::Comm::sendto_async(hosts[flow.src], hosts[flow.dst], bytes));
-        if (phase.latency_steps > 1) alpha = std::max(alpha, route_latency(hosts[flow.src], hosts[flow.dst]));
-      }
-      flows_ += static_cast<std::int64_t>(comms.size());
-      sg4::Comm::wait_all(comms);
+      if (phase.latency_steps > 1)
+        for (const Flow& flow : phase.flows) alpha = std::max(alpha, route_latency(hosts[flow.src], hosts[flow.dst]));
+      run_flows(hosts, phase.flows);
       if (phase.latency_steps > 1) sg4::this_actor::sleep_for((phase.latency_steps - 1) * alpha);
     }
   }
   slot.end = sg4::Engine::get_clock();
-  CollectiveRun run;
-  run.op = op.id;
-  run.instance = instance;
-  run.algorithm = algorithm;
-  run.bytes = static_cast<double>(op.bytes);
-  run.group_size = static_cast<int>(members.size());
-  run.start = slot.start;
-  run.end = slot.end;
-  run.ranks = members;
-  runs_.push_back(std::move(run));
+  record(op, instance, algorithm, slot.start, slot.end);
   std::unique_lock<sg4::Mutex> lock(*lock_);
   slot.done = true;
   slot.finished->notify_all();
+}
+
+// One CollectiveRun per full instance the simulated instance stands for (by symmetry they all
+// ran at the same times).
+void Simulation::record(const ProgramOp& op, int instance, Algorithm algorithm, double start, double end) {
+  const SimulatedGroup& group = folding_.groups[op.group];
+  for (int full : group.stands_for[instance]) {
+    CollectiveRun run;
+    run.op = op.id;
+    run.instance = full;
+    run.algorithm = algorithm;
+    run.bytes = static_cast<double>(op.bytes);
+    run.group_size = group.full_size;
+    run.start = start;
+    run.end = end;
+    run.ranks = full_instances(op.group)[full];
+    runs_.push_back(std::move(run));
+  }
+}
+
+// Starts flows together and waits for all of them. SimGrid 3.32 keeps an actor's pending comms
+// in a list and removes each finished comm by a full scan (CommImpl::finish), so one actor
+// waiting on p comms costs O(p^2): a 16,384-member ring phase took seconds. Slices of at most
+// kFlowsPerActor flows, each started and awaited by its own actor, keep that scan short; the
+// flows still start at the same simulated instant, so the timings are unchanged.
+void Simulation::run_flows(const std::vector<sg4::Host*>& hosts, std::span<const Flow> flows) {
+  constexpr std::size_t kFlowsPerActor = 64;
+  if (flows.size() > kFlowsPerActor) {
+    std::vector<sg4::ActorPtr> workers;
+    for (std::size_t first = 0; first < flows.size(); first += kFlowsPerActor) {
+      const auto slice = flows.subspan(first, std::min(kFlowsPerActor, flows.size() - first));
+      workers.push_back(
+          sg4::Actor::create("flows", sg4::this_actor::get_host(), [this, &hosts, slice] { run_flows(hosts, slice); }));
+    }
+    for (const sg4::ActorPtr& worker : workers) worker->join();
+    return;
+  }
+  std::vector<sg4::CommPtr> comms;
+  comms.reserve(flows.size());
+  for (const Flow& flow : flows) {
+    // Schedules split buffers evenly, so a tiny buffer over many ranks gives sub-byte flows;
+    // SimGrid 3.32 serialises zero-byte comms, so every flow carries at least one byte.
+    const auto bytes = static_cast<std::uint64_t>(std::max<long long>(1, std::llround(flow.bytes)));
+    comms.push_back(sg4::Comm::sendto_async(hosts[flow.src], hosts[flow.dst], bytes));
+  }
+  flows_ += static_cast<std::int64_t>(comms.size());
+  sg4::Comm::wait_all(comms);
 }
 
 void Simulation::finish_op(SimRank& rank, const ProgramOp& op, const OpTiming& timing) {
@@ -468,6 +523,9 @@ SimResult Simulation::collect(RankMode mode) {
   }
   std::sort(result.links.begin(), result.links.end(), [](const LinkLoad& a, const LinkLoad& b) { return a.name < b.name; });
   result.flows = flows_;
+  result.folded_nodes = folding_.nodes;
+  result.total_nodes = folding_.total_nodes;
+  result.fold_note = folding_.note;
   return result;
 }
 

@@ -104,6 +104,9 @@ std::string serialize(const SimResult& result) {
   out.array(result.iteration_end);
   out.scalar(result.makespan);
   out.scalar(result.flows);
+  out.scalar(result.folded_nodes);
+  out.scalar(result.total_nodes);
+  out.text(result.fold_note);
   return out.take();
 }
 
@@ -141,6 +144,9 @@ SimResult deserialize(const std::string& bytes) {
   result.iteration_end = in.array<double>();
   result.makespan = in.scalar<double>();
   result.flows = in.scalar<std::int64_t>();
+  result.folded_nodes = in.scalar<int>();
+  result.total_nodes = in.scalar<int>();
+  result.fold_note = in.text();
   return result;
 }
 

@@ -39,8 +39,15 @@ std::string si(double value) {
 }
 
 std::string mode_line(const SimResult& result) {
-  if (result.mode == RankMode::representative)
-    return fmt::format("mode: representative (1 simulated rank stands for all {} ranks)", result.world_size);
+  if (result.mode == RankMode::representative) {
+    std::string line =
+        fmt::format("mode: representative (1 simulated rank stands for all {} ranks)", result.world_size);
+    if (result.folded_nodes > 0)
+      line +=
+          fmt::format("; network folded onto {} of {} nodes by node symmetry", result.folded_nodes, result.total_nodes);
+    else if (!result.fold_note.empty()) line += "; network " + result.fold_note;
+    return line;
+  }
   return fmt::format("mode: {} ({} simulated ranks of {})", mode_name(result.mode), result.simulated.size(),
                      result.world_size);
 }
@@ -197,6 +204,9 @@ json json_report(const core::Program& /*program*/, const SimResult& result, cons
   doc["platform"] = result.platform;
   doc["mode"] = mode_name(result.mode);
   doc["world_size"] = result.world_size;
+  doc["folded_nodes"] = result.folded_nodes;
+  doc["total_nodes"] = result.total_nodes;
+  if (!result.fold_note.empty()) doc["fold_note"] = result.fold_note;
   doc["makespan_s"] = analysis.makespan;
   json iterations = json::array(), ranks = json::array(), collectives = json::array(), links = json::array();
   for (const IterationStats& it : analysis.iterations) iterations.push_back(iteration_json(it));

@@ -64,6 +64,22 @@ TEST(SimulateCli, SameInputsGiveByteIdenticalJson) {
   EXPECT_EQ(a.out, b.out);
 }
 
+// 128 ranks on 16 nodes fold onto 8; --no-fold simulates all 16 and predicts the same steps.
+TEST(SimulateCli, FoldsTheNetworkUnlessToldNotTo) {
+  const std::string plan = temp_path("fsdp128.json");
+  std::ofstream(plan) << R"({"world_size": 128, "steps": [{"fully_shard": {"module": ""}}]})";
+  const std::string args = "simulate --quiet --model zoo:TestModel --plan " + plan + " --platform h100:nodes=16 --json";
+  const CliRun folded = run(args, true), unfolded = run(args + " --no-fold", true);
+  ASSERT_EQ(folded.code, 0) << folded.out;
+  ASSERT_EQ(unfolded.code, 0) << unfolded.out;
+  const auto a = nlohmann::json::parse(folded.out), b = nlohmann::json::parse(unfolded.out);
+  EXPECT_EQ(a["folded_nodes"], 8);
+  EXPECT_EQ(b["folded_nodes"], 0);
+  EXPECT_EQ(a["iterations"], b["iterations"]);
+  EXPECT_EQ(a["collectives"], b["collectives"]);
+  std::filesystem::remove(plan);
+}
+
 TEST(SimulateCli, MoreRanksThanDevicesFailsClearly) {
   const std::string trace = temp_path("never.json");
   CliRun r = run("simulate --quiet --plan builtin:fsdp --model zoo:TestModel --platform h100:gpus=2 --trace " + trace);

@@ -461,7 +461,9 @@ TEST(CollectiveSelect, TinyMessagesOnManyRanksUseLogarithmicAlgorithms) {
     const std::vector<int> nodes = blocked_nodes(8, p / 8);
     for (const LinkCosts& costs : {kUniform, kTwoTier}) {
       EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, nodes, KiB, costs), Algorithm::tree);
-      EXPECT_EQ(select_algorithm(CollectiveKind::broadcast, nodes, KiB, costs), Algorithm::tree);
+      // NCCL broadcasts over rings only; across nodes the per-tier chains have fewer latency terms.
+      EXPECT_EQ(select_algorithm(CollectiveKind::broadcast, nodes, KiB, costs), Algorithm::hierarchical);
+      EXPECT_EQ(select_algorithm(CollectiveKind::broadcast, own_nodes(p), KiB, costs), Algorithm::ring);
       // All-to-all: hierarchical's two latency terms (one per tier) beat p - 1 pairwise steps.
       EXPECT_EQ(select_algorithm(CollectiveKind::all_to_all, nodes, KiB, costs), Algorithm::hierarchical);
       // A flat group that is too large for direct falls back to pairwise exchange.
@@ -516,8 +518,8 @@ TEST(CollectiveSelect, HierarchicalBeatsFlatRingAcrossNodes) {
 
 // The candidates NCCL would run for each kind (collective.hpp, select_algorithm).
 std::vector<Algorithm> nccl_like(CollectiveKind kind) {
-  if (kind == CollectiveKind::all_reduce || kind == CollectiveKind::broadcast)
-    return {Algorithm::ring, Algorithm::tree, Algorithm::hierarchical};
+  // NCCL runs trees for all-reduce only; broadcast is ring-based like all-gather.
+  if (kind == CollectiveKind::all_reduce) return {Algorithm::ring, Algorithm::tree, Algorithm::hierarchical};
   if (kind == CollectiveKind::all_to_all) return {Algorithm::ring, Algorithm::hierarchical, Algorithm::direct};
   return {Algorithm::ring, Algorithm::hierarchical};
 }
@@ -568,4 +570,117 @@ TEST(CollectiveSelect, LargeGroupsGetAValidChoice) {
       EXPECT_TRUE(implements(chosen, kind));
       EXPECT_NE(chosen, Algorithm::direct);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Folding: a group's schedule simulated on its first members with periodic boundaries.
+
+// Bytes each member sends and receives per phase, split by whether the peer shares its node.
+struct MemberTraffic {
+  double egress_intra = 0, egress_inter = 0, ingress_intra = 0, ingress_inter = 0;
+  bool operator==(const MemberTraffic&) const = default;
+};
+
+std::vector<std::vector<MemberTraffic>> traffic(const Schedule& schedule, const std::vector<int>& nodes) {
+  std::vector<std::vector<MemberTraffic>> out;
+  for (const SchedulePhase& phase : schedule.phases) {
+    std::vector<MemberTraffic> members(nodes.size());
+    for (const Flow& flow : phase.flows) {
+      const bool intra = nodes[flow.src] == nodes[flow.dst];
+      (intra ? members[flow.src].egress_intra : members[flow.src].egress_inter) += flow.bytes;
+      (intra ? members[flow.dst].ingress_intra : members[flow.dst].ingress_inter) += flow.bytes;
+    }
+    out.push_back(std::move(members));
+  }
+  return out;
+}
+
+TEST(CollectiveFold, WhichAlgorithmsFold) {
+  for (CollectiveKind kind : kKinds) {
+    const bool a2a = kind == CollectiveKind::all_to_all;
+    EXPECT_EQ(folds(kind, Algorithm::ring), !a2a);
+    EXPECT_EQ(folds(kind, Algorithm::hierarchical), !a2a);
+    EXPECT_EQ(folds(kind, Algorithm::tree), kind == CollectiveKind::all_reduce);
+    EXPECT_FALSE(folds(kind, Algorithm::direct));
+    EXPECT_FALSE(folds(kind, Algorithm::recursive_halving_doubling));
+  }
+}
+
+// Rings and hierarchical rails: every simulated member moves exactly what it moves in the full
+// group, phase by phase, over the same kind of link, for the same latency steps. (Broadcast's
+// root receives nothing in the full chain; folded, it stands for the first member of the next
+// block, so only its ingress differs.)
+TEST(CollectiveFold, RingsAndRailsKeepEveryMembersTraffic) {
+  struct Shape {
+    Algorithm algorithm;
+    int g, m, folded_m;
+  };
+  for (const Shape& shape :
+       {Shape{Algorithm::ring, 1, 64, 2}, Shape{Algorithm::ring, 8, 16, 2}, Shape{Algorithm::ring, 4, 6, 3},
+        Shape{Algorithm::hierarchical, 8, 16, 2}, Shape{Algorithm::hierarchical, 2, 9, 3}}) {
+    const std::vector<int> full_nodes = blocked_nodes(shape.g, shape.m);
+    const std::vector<int> folded_nodes = blocked_nodes(shape.g, shape.folded_m);
+    const int p = shape.g * shape.m;
+    for (CollectiveKind kind : kKinds) {
+      if (!folds(kind, shape.algorithm)) continue;
+      SCOPED_TRACE(describe(kind, shape.algorithm, p, MiB) + " g=" + std::to_string(shape.g) + " folded onto " +
+                   std::to_string(shape.folded_m) + " nodes");
+      const Schedule full = build_schedule(kind, shape.algorithm, full_nodes, MiB);
+      const Schedule folded = build_folded_schedule(kind, shape.algorithm, folded_nodes, p, MiB);
+      ASSERT_EQ(folded.phases.size(), full.phases.size());
+      const auto full_traffic = traffic(full, full_nodes);
+      const auto folded_traffic = traffic(folded, folded_nodes);
+      for (std::size_t k = 0; k < full.phases.size(); ++k) {
+        EXPECT_EQ(folded.phases[k].latency_steps, full.phases[k].latency_steps);
+        for (std::size_t i = 0; i < folded_nodes.size(); ++i) {
+          MemberTraffic expected = full_traffic[k][i];
+          if (kind == CollectiveKind::broadcast && (i == 0 || static_cast<int>(i) % shape.g == 0) &&
+              folded_traffic[k][i] != expected) {
+            // The chain's heads: egress must match, ingress is the wrapped hop.
+            EXPECT_EQ(folded_traffic[k][i].egress_intra, expected.egress_intra) << "member " << i;
+            EXPECT_EQ(folded_traffic[k][i].egress_inter, expected.egress_inter) << "member " << i;
+            continue;
+          }
+          EXPECT_EQ(folded_traffic[k][i], expected) << "phase " << k << " member " << i;
+        }
+      }
+      EXPECT_DOUBLE_EQ(estimate_time(folded, folded_nodes, kTwoTier), estimate_time(full, full_nodes, kTwoTier));
+    }
+  }
+}
+
+// The double binary tree keeps the full depth and each member's one parent and two children
+// per tree, so its idle-platform time is the full tree's.
+TEST(CollectiveFold, TreeKeepsDepthAndPerMemberLoad) {
+  for (int p : {64, 1000, 4096}) {
+    for (int folded : {8, 16}) {
+      if (p % folded != 0) continue;
+      const Schedule full = build_schedule(CollectiveKind::all_reduce, Algorithm::tree, own_nodes(p), MiB);
+      const Schedule small =
+          build_folded_schedule(CollectiveKind::all_reduce, Algorithm::tree, own_nodes(folded), p, MiB);
+      ASSERT_EQ(small.phases.size(), full.phases.size());
+      for (std::size_t k = 0; k < full.phases.size(); ++k)
+        EXPECT_EQ(small.phases[k].latency_steps, full.phases[k].latency_steps) << "p=" << p;
+      EXPECT_DOUBLE_EQ(estimate_time(small, own_nodes(folded), kUniform), estimate_time(full, own_nodes(p), kUniform))
+          << "p=" << p << " folded onto " << folded;
+    }
+  }
+}
+
+TEST(CollectiveFold, InvalidFoldsThrow) {
+  const std::vector<int> nodes = blocked_nodes(8, 2);
+  EXPECT_THROW(build_folded_schedule(CollectiveKind::all_gather, Algorithm::direct, nodes, 64, MiB),
+               std::invalid_argument);
+  EXPECT_THROW(build_folded_schedule(CollectiveKind::all_to_all, Algorithm::ring, nodes, 64, MiB),
+               std::invalid_argument);
+  EXPECT_THROW(build_folded_schedule(CollectiveKind::broadcast, Algorithm::tree, nodes, 64, MiB),
+               std::invalid_argument);
+  EXPECT_THROW(build_folded_schedule(CollectiveKind::all_reduce, Algorithm::ring, nodes, 24, MiB),
+               std::invalid_argument);
+  EXPECT_THROW(build_folded_schedule(CollectiveKind::all_reduce, Algorithm::ring, nodes, 8, MiB),
+               std::invalid_argument);
+  // Standing for itself is the plain schedule, whatever the algorithm.
+  const Schedule same = build_folded_schedule(CollectiveKind::all_gather, Algorithm::direct, nodes, 16, MiB);
+  EXPECT_EQ(traffic(same, nodes),
+            traffic(build_schedule(CollectiveKind::all_gather, Algorithm::direct, nodes, MiB), nodes));
 }

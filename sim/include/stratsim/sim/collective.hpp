@@ -49,6 +49,20 @@ Schedule build_schedule(core::CollectiveKind kind, Algorithm algorithm, const st
                         double bytes);
 bool implements(Algorithm algorithm, core::CollectiveKind kind);
 
+// Folding (rank symmetry across nodes, see simulator.hpp): a group of full_size members is
+// simulated on its first member_nodes.size() members, which stand for all of them; member i of the
+// full group maps to simulated member i mod member_nodes.size(). Rings, pipelined chains and
+// hierarchical rails close over the simulated members and keep the full group's chunk sizes and
+// latency steps, so every simulated member sends and receives exactly what it would in the full
+// group; the double binary tree spans the simulated members with the full trees' depth (each member
+// keeps its one parent and at most two children per tree, so its traffic is unchanged too).
+// Direct, rhd, binomial broadcast and all-to-all reach members at every distance and do not fold.
+bool folds(core::CollectiveKind kind, Algorithm algorithm);
+// The folded schedule; equals build_schedule when full_size == member_nodes.size(). Throws
+// std::invalid_argument when the algorithm does not fold or full_size is not a multiple.
+Schedule build_folded_schedule(core::CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes,
+                               int full_size, double bytes);
+
 // Alpha-beta link costs the selector and the closed forms use: intra-node and inter-node.
 struct LinkCosts {
   double alpha_intra = 0, beta_intra = 0;  // seconds, seconds per byte
@@ -67,8 +81,8 @@ double hierarchical_closed_form_time(core::CollectiveKind kind, int g, int m, do
 // largest per-member egress or ingress bytes times beta (intra or inter by the flow's nodes).
 double estimate_time(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs);
 
-// NCCL-like default: among the algorithms NCCL would run for `kind` (all_reduce and broadcast:
-// ring, tree, hierarchical; all_gather and reduce_scatter: ring, hierarchical; all_to_all: ring,
+// NCCL-like default: among the algorithms NCCL would run for `kind` (all_reduce: ring, tree,
+// hierarchical; broadcast, all_gather and reduce_scatter: ring, hierarchical; all_to_all: ring,
 // hierarchical, direct up to 64 members) and that fit the group shape, the one with the lowest
 // estimate_time (ties in that order). rhd is never chosen automatically. Deterministic.
 Algorithm select_algorithm(core::CollectiveKind kind, const std::vector<int>& member_nodes, double bytes,

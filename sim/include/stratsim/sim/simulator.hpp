@@ -11,6 +11,16 @@
 // groups is real) and waits for the slowest. Full mode simulates every rank (stragglers, per-rank
 // skew) and is exact; tests check both agree on symmetric inputs.
 //
+// Folding: on a generated cluster, representative mode also exploits the symmetry between nodes.
+// It simulates K of the job's N nodes with periodic boundaries (rank r stands for r mod K*gpus);
+// each group instance folds onto the simulated ranks its members map to, and its rings close over
+// them while moving the full group's chunks for the full latency steps. Every simulated link then
+// carries the images of the flows it carries in the full job, so the timings are the full
+// simulation's (tests compare both) at a cost that no longer grows with N. K is the smallest
+// divisor of N spanning two leaf switches for which every group folds periodically and every
+// collective on a folded group runs a ring, hierarchical or tree all-reduce; otherwise the run is
+// unfolded and SimResult::fold_note says why. SimOptions::fold = false turns it off.
+//
 // SimGrid allows one engine per process, so simulate() runs the engine in a forked child and
 // reads the result back; it can be called any number of times.
 #pragma once
@@ -35,6 +45,7 @@ struct SimOptions {
   ComputeModel compute = ComputeModel::defaults();
   std::map<int, double> stragglers;  // rank -> compute slowdown factor (>= 1); forces full mode
   bool progress = false;             // draw a progress bar on stderr
+  bool fold = true;                  // representative mode: fold the network by node symmetry (see below)
 };
 
 // When one op ran on one simulated rank. For collectives: issue = the rank reached it on its
@@ -73,6 +84,9 @@ struct SimResult {
   double makespan = 0;
   double wall_seconds = 0;  // host time the simulation took (not part of the deterministic output)
   std::int64_t flows = 0;   // SimGrid comms started
+  int folded_nodes = 0;     // nodes simulated when the network was folded; 0: not folded
+  int total_nodes = 0;      // nodes the job spans (cluster platforms)
+  std::string fold_note;    // why a cluster run was not folded, if it was not
 };
 
 // Throws core::InputError for impossible mappings (more ranks than devices) and bad platforms.

@@ -1,0 +1,197 @@
+// Folding (simulator.hpp): representative mode simulates K of N nodes with periodic boundaries.
+// On every plan shape whose groups fold and whose collectives run rings or hierarchical rails,
+// the folded run must reproduce the unfolded run's timings exactly (same max-min rates, op for op
+// and collective for collective); the double binary tree folds structurally and stays within
+// 1e-3. Shapes that cannot fold must run unfolded and say why.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "stratsim/core/json_reader.hpp"
+#include "stratsim/core/model_io.hpp"
+#include "stratsim/core/plan.hpp"
+#include "stratsim/core/planner.hpp"
+#include "stratsim/sim/analysis.hpp"
+#include "stratsim/sim/simulator.hpp"
+
+namespace stratsim::test {
+namespace {
+
+using json = nlohmann::json;
+using sim::Algorithm;
+
+const json kTpPlan = {{"layers.*.attention.wq", "colwise"},    {"layers.*.attention.wk", "colwise"},
+                      {"layers.*.attention.wv", "colwise"},    {"layers.*.attention.wo", "rowwise"},
+                      {"layers.*.feed_forward.w1", "colwise"}, {"layers.*.feed_forward.w3", "colwise"},
+                      {"layers.*.feed_forward.w2", "rowwise"}};
+const json kBlocks = {{"module_types", {"TransformerBlock"}}};
+
+core::Program program_for(const json& plan, int iterations = 2) {
+  core::PlanOptions options;
+  options.iterations = iterations;
+  static const core::Model model = core::load_model("zoo:llama2-7b:layers=2");
+  return core::plan_training(model, core::parse_plan(core::JsonReader(plan, "fold_test")), options).program;
+}
+
+json fsdp(int world) {
+  return {
+      {"world_size", world}, {"batch_size", 1}, {"steps", {{{"fully_shard", {{"module", ""}, {"policy", kBlocks}}}}}}};
+}
+
+// Megatron TP on the inner `tp` ranks, then replicate or fully_shard on the outer dim.
+json tp_by(int world, int tp, const std::string& outer) {
+  json outer_step = outer == "replicate"
+                        ? json{{"replicate", {{"module", ""}, {"mesh_dim", "dp"}}}}
+                        : json{{"fully_shard", {{"module", ""}, {"mesh_dim", "dp"}, {"policy", kBlocks}}}};
+  return {{"world_size", world},
+          {"mesh", {{"shape", {world / tp, tp}}, {"dim_names", {"dp", "tp"}}}},
+          {"batch_size", 1},
+          {"steps", {{{"parallelize_module", {{"module", ""}, {"mesh_dim", "tp"}, {"plan", kTpPlan}}}}, outer_step}}};
+}
+
+struct Runs {
+  sim::SimResult folded, unfolded;
+};
+
+Runs run_both(const core::Program& program, const std::string& platform_name, sim::SimOptions options = {}) {
+  const sim::PlatformSpec platform = sim::parse_platform(platform_name);
+  Runs runs;
+  options.fold = true;
+  runs.folded = sim::simulate(program, platform, options);
+  options.fold = false;
+  runs.unfolded = sim::simulate(program, platform, options);
+  return runs;
+}
+
+// Every op of the representative rank and every collective instance, within `tolerance` relative.
+void expect_same_timings(const core::Program& program, const Runs& runs, double tolerance) {
+  const auto near = [tolerance](double a, double b) {
+    return std::abs(a - b) <= tolerance * std::max(std::abs(b), 1e-9);
+  };
+  ASSERT_EQ(runs.folded.timings.size(), 1u);
+  ASSERT_EQ(runs.unfolded.timings.size(), 1u);
+  for (const core::ProgramOp& op : program.ops) {
+    const sim::OpTiming& a = runs.folded.timings[0][op.id];
+    const sim::OpTiming& b = runs.unfolded.timings[0][op.id];
+    EXPECT_TRUE(near(a.start, b.start) && near(a.end, b.end))
+        << "op " << op.id << " " << op.name << ": folded " << a.start << ".." << a.end << ", unfolded " << b.start
+        << ".." << b.end;
+  }
+  std::map<std::pair<int, int>, const sim::CollectiveRun*> unfolded;
+  for (const sim::CollectiveRun& run : runs.unfolded.collectives) unfolded[{run.op, run.instance}] = &run;
+  ASSERT_EQ(runs.folded.collectives.size(), unfolded.size());
+  for (const sim::CollectiveRun& run : runs.folded.collectives) {
+    const sim::CollectiveRun& other = *unfolded.at({run.op, run.instance});
+    EXPECT_EQ(run.ranks, other.ranks);
+    EXPECT_EQ(run.group_size, other.group_size);
+    EXPECT_EQ(run.algorithm, other.algorithm);
+    EXPECT_TRUE(near(run.start, other.start) && near(run.end, other.end))
+        << "op " << run.op << " instance " << run.instance;
+  }
+  ASSERT_EQ(runs.folded.iteration_end.size(), runs.unfolded.iteration_end.size());
+  for (std::size_t i = 0; i < runs.folded.iteration_end.size(); ++i)
+    EXPECT_TRUE(near(runs.folded.iteration_end[i], runs.unfolded.iteration_end[i])) << "iteration " << i + 1;
+  EXPECT_TRUE(near(runs.folded.makespan, runs.unfolded.makespan));
+  EXPECT_LT(runs.folded.flows, runs.unfolded.flows);
+}
+
+constexpr double kExact = 1e-12;
+
+TEST(Fold, WorldShardedFsdpIsExact) {
+  const core::Program program = program_for(fsdp(256));
+  const Runs runs = run_both(program, "h100:nodes=32");
+  EXPECT_EQ(runs.folded.folded_nodes, 8);  // two leaves of 4 nodes
+  EXPECT_EQ(runs.folded.total_nodes, 32);
+  EXPECT_EQ(runs.unfolded.folded_nodes, 0);
+  expect_same_timings(program, runs, kExact);
+}
+
+// One NIC per node and a 4:1 oversubscribed spine: the folded flows share the node NICs and
+// the leaf uplinks exactly as the full job's do.
+TEST(Fold, SharedNicsAndOversubscribedSpineAreExact) {
+  const core::Program program = program_for(fsdp(256));
+  for (const char* platform : {"h100:nodes=32,nic=node,fabric=spine-leaf,oversub=4", "h100:nodes=32,oversub=3"}) {
+    SCOPED_TRACE(platform);
+    const Runs runs = run_both(program, platform);
+    EXPECT_EQ(runs.folded.folded_nodes, 8);
+    expect_same_timings(program, runs, kExact);
+  }
+}
+
+// Data-parallel rails across nodes beside node-local TP, and FSDP on those rails.
+TEST(Fold, RailsBesideNodeLocalTensorParallelAreExact) {
+  sim::SimOptions ring;
+  ring.algorithms[core::CollectiveKind::all_reduce] = Algorithm::ring;
+  for (const char* outer : {"replicate", "fully_shard"}) {
+    SCOPED_TRACE(outer);
+    const core::Program program = program_for(tp_by(256, 8, outer));
+    const Runs runs = run_both(program, "h100:nodes=32", ring);
+    EXPECT_EQ(runs.folded.folded_nodes, 8);
+    expect_same_timings(program, runs, kExact);
+  }
+}
+
+// Tensor parallelism across 8 nodes and 4 data-parallel replicas 8 nodes apart: K must hold two
+// replicas, so it is 16 nodes; the replicas' ring closes over the two.
+TEST(Fold, GroupsSpanningNodesPickALargerFold) {
+  sim::SimOptions ring;
+  ring.algorithms[core::CollectiveKind::all_reduce] = Algorithm::ring;
+  const core::Program program = program_for(tp_by(256, 64, "replicate"));
+  const Runs runs = run_both(program, "h100:nodes=32", ring);
+  EXPECT_EQ(runs.folded.folded_nodes, 16);
+  expect_same_timings(program, runs, kExact);
+}
+
+// The double binary tree folds by structure (each member keeps its parent and children, the
+// trees keep the full depth), not by translation: close, not exact.
+TEST(Fold, TreeAllReduceIsWithinOneThousandth) {
+  const core::Program program = program_for(tp_by(256, 8, "replicate"));
+  const Runs runs = run_both(program, "h100:nodes=32");
+  EXPECT_EQ(runs.folded.folded_nodes, 8);
+  bool has_tree = false;
+  for (const sim::CollectiveRun& run : runs.folded.collectives) has_tree = has_tree || run.algorithm == Algorithm::tree;
+  EXPECT_TRUE(has_tree) << "the data-parallel buckets were expected to pick the tree";
+  expect_same_timings(program, runs, 1e-3);
+}
+
+TEST(Fold, UnfoldableRunsSayWhy) {
+  sim::SimOptions direct;
+  direct.algorithms[core::CollectiveKind::all_gather] = Algorithm::direct;
+  direct.algorithms[core::CollectiveKind::reduce_scatter] = Algorithm::direct;
+  // Direct reaches every member from every member: no shift-invariant image on fewer nodes.
+  const sim::SimResult result =
+      sim::simulate(program_for(fsdp(64), 1), sim::parse_platform("h100:nodes=8,nodes_per_leaf=1"), direct);
+  EXPECT_EQ(result.folded_nodes, 0);
+  EXPECT_NE(result.fold_note.find("does not fold"), std::string::npos) << result.fold_note;
+
+  // Full mode, a single node, and fold = false do not fold and need no note.
+  sim::SimOptions full;
+  full.mode = sim::RankMode::full;
+  const sim::SimResult single = sim::simulate(program_for(fsdp(8), 1), sim::parse_platform("h100"));
+  EXPECT_EQ(single.folded_nodes, 0);
+  EXPECT_EQ(single.fold_note, "");
+  const sim::SimResult full_mode =
+      sim::simulate(program_for(fsdp(64), 1), sim::parse_platform("h100:nodes=8,nodes_per_leaf=1"), full);
+  EXPECT_EQ(full_mode.folded_nodes, 0);
+
+  // 12 nodes under leaves of 4: no multiple of two leaves divides 12 below 12.
+  const sim::SimResult odd = sim::simulate(program_for(fsdp(96), 1), sim::parse_platform("h100:nodes=12"));
+  EXPECT_EQ(odd.folded_nodes, 0);
+  EXPECT_NE(odd.fold_note.find("divides"), std::string::npos) << odd.fold_note;
+}
+
+TEST(Fold, ReportsSayHowTheNetworkWasFolded) {
+  const core::Program program = program_for(fsdp(128), 1);
+  const sim::SimResult result = sim::simulate(program, sim::parse_platform("h100:nodes=16"));
+  const sim::Analysis analysis = sim::analyse(program, result, sim::Workload{});
+  EXPECT_EQ(sim::json_report(program, result, analysis)["folded_nodes"], 8);
+  EXPECT_EQ(sim::json_report(program, result, analysis)["total_nodes"], 16);
+  EXPECT_NE(sim::text_report(program, result, analysis).find("network folded onto 8 of 16 nodes"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace stratsim::test
