@@ -6,6 +6,7 @@ packages=(
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libsimgrid-dev
+  libgloo-dev libhiredis-dev libeigen3-dev redis-server
 )
 missing=()
 for p in "${packages[@]}"; do

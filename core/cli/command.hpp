@@ -30,5 +30,8 @@ struct Register {
 // Writes `text` to `path` all at once: a temporary file renamed into place, so a failure never
 // leaves a partial output behind. Throws core::InputError.
 void write_atomically(const std::string& path, const std::string& text);
+// Writes every (path, text) or none: a failure removes the files already written. Throws
+// core::InputError.
+void write_all_or_nothing(const std::vector<std::pair<std::string, std::string>>& files);
 
 }  // namespace stratsim::cli

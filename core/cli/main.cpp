@@ -37,6 +37,19 @@ void write_atomically(const std::string& path, const std::string& text) {
   }
 }
 
+void write_all_or_nothing(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<std::string> written;
+  try {
+    for (const auto& [path, text] : files) {
+      write_atomically(path, text);
+      written.push_back(path);
+    }
+  } catch (const core::InputError&) {
+    for (const std::string& path : written) std::filesystem::remove(path);
+    throw;
+  }
+}
+
 }  // namespace stratsim::cli
 
 namespace {

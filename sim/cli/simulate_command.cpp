@@ -5,7 +5,6 @@
 #include <cmath>
 #include <iostream>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -17,10 +16,10 @@
 #include "stratsim/core/model_io.hpp"
 #include "stratsim/core/plan.hpp"
 #include "stratsim/core/planner.hpp"
-#include "stratsim/sim/analysis.hpp"
+#include "stratsim/core/run_analysis.hpp"
+#include "stratsim/core/trace.hpp"
 #include "stratsim/sim/platform.hpp"
 #include "stratsim/sim/simulator.hpp"
-#include "stratsim/sim/trace.hpp"
 
 namespace stratsim::cli {
 namespace {
@@ -98,22 +97,6 @@ sim::RankMode parse_mode(const std::string& text) {
   throw InputError(fmt::format("--ranks {}: expected auto, representative or full", text));
 }
 
-// Global samples per micro-step: the per-rank batch times the ranks that see distinct data (the
-// mesh dims no tensor-parallel step shards over).
-sim::Workload workload_of(const core::Model& model, const core::Plan& plan) {
-  std::set<std::string> tp_dims;
-  for (const core::PlanStep& step : plan.steps)
-    if (const auto* tp = std::get_if<core::ParallelizeStep>(&step.body))
-      tp_dims.insert(tp->mesh_dims.begin(), tp->mesh_dims.end());
-  int tp_size = 1;
-  for (const std::string& dim : tp_dims)
-    if (int d = plan.mesh.dim_index(dim); d >= 0) tp_size *= plan.mesh.dim_size(d);
-  sim::Workload workload;
-  workload.samples_per_step = static_cast<double>(plan.batch_size) * plan.world_size / tp_size;
-  workload.tokens_per_sample = static_cast<double>(plan.seq_len > 0 ? plan.seq_len : model.seq_len);
-  return workload;
-}
-
 int run_simulate(const SimulateArgs& args) {
   const core::Model model = core::load_model(args.model);
   const core::Plan plan = core::load_plan(args.plan);
@@ -129,25 +112,17 @@ int run_simulate(const SimulateArgs& args) {
   plan_options.iterations = args.iterations;
   const core::PlanResult planned = core::plan_training(model, plan, plan_options);
   const sim::SimResult result = sim::simulate(planned.program, platform, options);
-  const sim::Analysis analysis = sim::analyse(planned.program, result, workload_of(model, plan));
+  const core::Analysis analysis = core::analyse(planned.program, result, core::workload_of(model, plan));
 
   // Render everything before writing anything, then write all or nothing.
-  const std::string report = args.json ? sim::json_report(planned.program, result, analysis).dump(2) + "\n"
-                                       : sim::text_report(planned.program, result, analysis);
+  const std::string report = args.json ? core::json_report(planned.program, result, analysis).dump(2) + "\n"
+                                       : core::text_report(planned.program, result, analysis);
   std::vector<std::pair<std::string, std::string>> files;
-  if (!args.trace.empty()) files.emplace_back(args.trace, sim::chrome_trace(planned.program, result));
-  if (!args.timeline.empty()) files.emplace_back(args.timeline, sim::timeline_json(planned.program, result).dump() + "\n");
+  if (!args.trace.empty()) files.emplace_back(args.trace, core::chrome_trace(planned.program, result));
+  if (!args.timeline.empty())
+    files.emplace_back(args.timeline, core::timeline_json(planned.program, result).dump() + "\n");
   if (!args.output.empty()) files.emplace_back(args.output, report);
-  std::vector<std::string> written;
-  try {
-    for (const auto& [path, text] : files) {
-      write_atomically(path, text);
-      written.push_back(path);
-    }
-  } catch (const InputError&) {
-    for (const std::string& path : written) std::remove(path.c_str());
-    throw;
-  }
+  write_all_or_nothing(files);
   if (args.output.empty()) std::cout << report;
   return 0;
 }

@@ -922,19 +922,4 @@ Algorithm select_algorithm(CollectiveKind kind, const std::vector<int>& member_n
   return best;
 }
 
-double busbw_factor(CollectiveKind kind, int p) {
-  check_group_size(p);
-  switch (kind) {
-    case CollectiveKind::all_reduce:
-      return 2.0 * (p - 1) / p;
-    case CollectiveKind::all_gather:
-    case CollectiveKind::reduce_scatter:
-    case CollectiveKind::all_to_all:
-      return static_cast<double>(p - 1) / p;
-    case CollectiveKind::broadcast:
-      return 1.0;
-  }
-  return 1.0;
-}
-
 }  // namespace stratsim::sim

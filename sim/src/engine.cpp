@@ -70,6 +70,19 @@ class ProgressBar {
   std::chrono::steady_clock::time_point last_{};
 };
 
+// Says the simulation's own figures where core's reports print a producer's notes (SimResult).
+void annotate(SimResult& result) {
+  if (result.rank_mode == RankMode::representative) {
+    if (result.folded_nodes > 0)
+      result.mode_notes.push_back(
+          fmt::format("network folded onto {} of {} nodes by node symmetry", result.folded_nodes, result.total_nodes));
+    else if (!result.fold_note.empty()) result.mode_notes.push_back("network " + result.fold_note);
+  }
+  result.notes.push_back(fmt::format("{} SimGrid flows", result.flows));
+  result.extra = {{"folded_nodes", result.folded_nodes}, {"total_nodes", result.total_nodes}};
+  if (!result.fold_note.empty()) result.extra["fold_note"] = result.fold_note;
+}
+
 class Simulation {
  public:
   Simulation(const Program& program, const PlatformSpec& platform, const SimOptions& options, BuiltPlatform built)
@@ -297,7 +310,7 @@ void Simulation::drive_instances(const ProgramOp& op, const std::vector<int>& in
     // representative mode every node sees the same traffic: run one, copy its times to the rest.
     drive_instance(op, instances.front());
     const Rendezvous& first = *rendezvous_.at({op.id, instances.front()});
-    const Algorithm algorithm = runs_.back().algorithm;
+    const Algorithm algorithm = algorithm_for(op, instances.front());
     for (std::size_t i = 1; i < instances.size(); ++i) {
       Rendezvous& slot = *rendezvous_.at({op.id, instances[i]});
       slot.start = first.start;
@@ -431,7 +444,7 @@ void Simulation::record(const ProgramOp& op, int instance, Algorithm algorithm, 
     CollectiveRun run;
     run.op = op.id;
     run.instance = full;
-    run.algorithm = algorithm;
+    run.algorithm = algorithm_name(algorithm);
     run.bytes = static_cast<double>(op.bytes);
     run.group_size = group.full_size;
     run.start = start;
@@ -482,7 +495,8 @@ void Simulation::finish_op(SimRank& rank, const ProgramOp& op, const OpTiming& t
 
 SimResult Simulation::collect(RankMode mode) {
   SimResult result;
-  result.mode = mode;
+  result.rank_mode = mode;
+  result.mode = rank_mode_name(mode);
   result.platform = describe_platform(platform_);
   result.world_size = program_.world_size;
   for (SimRank& rank : sim_ranks_) {
@@ -490,7 +504,7 @@ SimResult Simulation::collect(RankMode mode) {
       if (!rank.done[i])
         throw core::InputError(fmt::format("the program deadlocked: op {} \"{}\" of rank {} never ran", i,
                                            program_.ops[i].name, rank.ranks.front()));
-    result.simulated.push_back(rank.ranks);
+    result.recorded.push_back(rank.ranks);
     result.timings.push_back(std::move(rank.timings));
   }
   result.iteration_end.assign(std::max(program_.iterations, 1), 0.0);
@@ -526,6 +540,7 @@ SimResult Simulation::collect(RankMode mode) {
   result.folded_nodes = folding_.nodes;
   result.total_nodes = folding_.total_nodes;
   result.fold_note = folding_.note;
+  annotate(result);
   return result;
 }
 

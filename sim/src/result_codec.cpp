@@ -1,6 +1,7 @@
 // The binary form of SimResult that crosses the pipe from the simulation process: native-endian
-// integers and doubles, length-prefixed strings and arrays. Both ends are the same binary, so no
-// portability is needed, only speed (full-mode results hold millions of timings).
+// integers and doubles, length-prefixed strings and arrays, the producer's JSON extra as its text.
+// Both ends are the same binary, so no portability is needed, only speed (full-mode results hold
+// millions of timings). Everything but wall_seconds, which the parent measures, makes the trip.
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -22,6 +23,10 @@ class Writer {
   void text(const std::string& value) {
     scalar<std::uint64_t>(value.size());
     out_.append(value);
+  }
+  void texts(const std::vector<std::string>& values) {
+    scalar<std::uint64_t>(values.size());
+    for (const std::string& value : values) text(value);
   }
   template <typename T>
   void array(const std::vector<T>& values) {
@@ -53,6 +58,14 @@ class Reader {
     at_ += size;
     return value;
   }
+  std::vector<std::string> texts() {
+    const auto size = scalar<std::uint64_t>();
+    need(size * sizeof(std::uint64_t));  // each one holds at least its length
+    std::vector<std::string> values;
+    values.reserve(size);
+    for (std::uint64_t i = 0; i < size; ++i) values.push_back(text());
+    return values;
+  }
   template <typename T>
   std::vector<T> array() {
     const auto size = scalar<std::uint64_t>();
@@ -75,19 +88,20 @@ class Reader {
 
 std::string serialize(const SimResult& result) {
   Writer out;
-  out.scalar(static_cast<int>(result.mode));
+  out.text(result.source);
+  out.text(result.mode);
   out.text(result.platform);
   out.scalar(result.world_size);
-  out.scalar<std::uint64_t>(result.simulated.size());
-  for (std::size_t s = 0; s < result.simulated.size(); ++s) {
-    out.array(result.simulated[s]);
+  out.scalar<std::uint64_t>(result.recorded.size());
+  for (std::size_t s = 0; s < result.recorded.size(); ++s) {
+    out.array(result.recorded[s]);
     out.array(result.timings[s]);
   }
   out.scalar<std::uint64_t>(result.collectives.size());
   for (const CollectiveRun& run : result.collectives) {
     out.scalar(run.op);
     out.scalar(run.instance);
-    out.scalar(static_cast<int>(run.algorithm));
+    out.text(run.algorithm);
     out.scalar(run.bytes);
     out.scalar(run.group_size);
     out.scalar(run.start);
@@ -103,6 +117,10 @@ std::string serialize(const SimResult& result) {
   }
   out.array(result.iteration_end);
   out.scalar(result.makespan);
+  out.texts(result.mode_notes);
+  out.texts(result.notes);
+  out.text(result.extra.dump());
+  out.scalar(static_cast<int>(result.rank_mode));
   out.scalar(result.flows);
   out.scalar(result.folded_nodes);
   out.scalar(result.total_nodes);
@@ -113,12 +131,13 @@ std::string serialize(const SimResult& result) {
 SimResult deserialize(const std::string& bytes) {
   Reader in(bytes);
   SimResult result;
-  result.mode = static_cast<RankMode>(in.scalar<int>());
+  result.source = in.text();
+  result.mode = in.text();
   result.platform = in.text();
   result.world_size = in.scalar<int>();
-  const auto simulated = in.scalar<std::uint64_t>();
-  for (std::uint64_t s = 0; s < simulated; ++s) {
-    result.simulated.push_back(in.array<int>());
+  const auto recorded = in.scalar<std::uint64_t>();
+  for (std::uint64_t s = 0; s < recorded; ++s) {
+    result.recorded.push_back(in.array<int>());
     result.timings.push_back(in.array<OpTiming>());
   }
   const auto runs = in.scalar<std::uint64_t>();
@@ -126,7 +145,7 @@ SimResult deserialize(const std::string& bytes) {
   for (CollectiveRun& run : result.collectives) {
     run.op = in.scalar<int>();
     run.instance = in.scalar<int>();
-    run.algorithm = static_cast<Algorithm>(in.scalar<int>());
+    run.algorithm = in.text();
     run.bytes = in.scalar<double>();
     run.group_size = in.scalar<int>();
     run.start = in.scalar<double>();
@@ -143,6 +162,10 @@ SimResult deserialize(const std::string& bytes) {
   }
   result.iteration_end = in.array<double>();
   result.makespan = in.scalar<double>();
+  result.mode_notes = in.texts();
+  result.notes = in.texts();
+  result.extra = nlohmann::json::parse(in.text());
+  result.rank_mode = static_cast<RankMode>(in.scalar<int>());
   result.flows = in.scalar<std::int64_t>();
   result.folded_nodes = in.scalar<int>();
   result.total_nodes = in.scalar<int>();

@@ -83,6 +83,18 @@ void validate(const core::Program& program, const PlatformSpec& platform, const 
 
 }  // namespace
 
+std::string_view rank_mode_name(RankMode mode) {
+  switch (mode) {
+    case RankMode::automatic:
+      return "automatic";
+    case RankMode::representative:
+      return "representative";
+    case RankMode::full:
+      return "full";
+  }
+  return "?";
+}
+
 SimResult simulate(const core::Program& program, const PlatformSpec& platform, const SimOptions& options) {
   validate(program, platform, options);
   if (options.mode == RankMode::representative && !options.stragglers.empty())

@@ -196,16 +196,6 @@ TEST(CollectiveImplements, TreeHasAllReduceAndBroadcastOnly) {
   }
 }
 
-TEST(CollectiveBusbw, NcclTestsFactors) {
-  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::all_reduce, 8), 2.0 * 7 / 8);
-  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::all_gather, 8), 7.0 / 8);
-  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::reduce_scatter, 4), 3.0 / 4);
-  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::all_to_all, 2), 0.5);
-  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::broadcast, 16), 1.0);
-  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::all_reduce, 1), 0.0);
-  EXPECT_THROW(busbw_factor(CollectiveKind::all_reduce, 0), std::invalid_argument);
-}
-
 // The central property: on a uniform platform the schedule's estimate is its closed form, the
 // schedule is well formed and moves the bytes the collective needs, and the closed form respects
 // the section 5 lower bounds.

@@ -15,7 +15,7 @@
 #include "stratsim/core/model_io.hpp"
 #include "stratsim/core/plan.hpp"
 #include "stratsim/core/planner.hpp"
-#include "stratsim/sim/analysis.hpp"
+#include "stratsim/core/run_analysis.hpp"
 #include "stratsim/sim/simulator.hpp"
 
 namespace stratsim::test {
@@ -153,7 +153,7 @@ TEST(Fold, TreeAllReduceIsWithinOneThousandth) {
   const Runs runs = run_both(program, "h100:nodes=32");
   EXPECT_EQ(runs.folded.folded_nodes, 8);
   bool has_tree = false;
-  for (const sim::CollectiveRun& run : runs.folded.collectives) has_tree = has_tree || run.algorithm == Algorithm::tree;
+  for (const sim::CollectiveRun& run : runs.folded.collectives) has_tree = has_tree || run.algorithm == "tree";
   EXPECT_TRUE(has_tree) << "the data-parallel buckets were expected to pick the tree";
   expect_same_timings(program, runs, 1e-3);
 }
@@ -187,10 +187,10 @@ TEST(Fold, UnfoldableRunsSayWhy) {
 TEST(Fold, ReportsSayHowTheNetworkWasFolded) {
   const core::Program program = program_for(fsdp(128), 1);
   const sim::SimResult result = sim::simulate(program, sim::parse_platform("h100:nodes=16"));
-  const sim::Analysis analysis = sim::analyse(program, result, sim::Workload{});
-  EXPECT_EQ(sim::json_report(program, result, analysis)["folded_nodes"], 8);
-  EXPECT_EQ(sim::json_report(program, result, analysis)["total_nodes"], 16);
-  EXPECT_NE(sim::text_report(program, result, analysis).find("network folded onto 8 of 16 nodes"), std::string::npos);
+  const core::Analysis analysis = core::analyse(program, result, core::Workload{});
+  EXPECT_EQ(core::json_report(program, result, analysis)["folded_nodes"], 8);
+  EXPECT_EQ(core::json_report(program, result, analysis)["total_nodes"], 16);
+  EXPECT_NE(core::text_report(program, result, analysis).find("network folded onto 8 of 16 nodes"), std::string::npos);
 }
 
 }  // namespace

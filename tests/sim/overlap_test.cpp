@@ -9,13 +9,13 @@
 #include "stratsim/core/model_io.hpp"
 #include "stratsim/core/plan.hpp"
 #include "stratsim/core/planner.hpp"
-#include "stratsim/sim/analysis.hpp"
+#include "stratsim/core/run_analysis.hpp"
 #include "stratsim/sim/simulator.hpp"
 
 namespace stratsim::test {
 namespace {
 
-sim::Analysis ddp_step(double bucket_cap_mb) {
+core::Analysis ddp_step(double bucket_cap_mb) {
   // A GPT whose first layer (small embedding) is cheap, so the last bucket is small.
   const core::Model model = core::load_model("zoo:gpt:layers=8,hidden=1024,heads=8,kv_heads=8,ffn=4096,vocab=1024,seq=1024");
   const nlohmann::json doc = {{"world_size", 8},
@@ -26,13 +26,13 @@ sim::Analysis ddp_step(double bucket_cap_mb) {
   options.iterations = 2;
   const core::Program program = core::plan_training(model, plan, options).program;
   const sim::SimResult result = sim::simulate(program, sim::parse_platform("h100"));
-  return sim::analyse(program, result, sim::Workload{32, 1024});
+  return core::analyse(program, result, core::Workload{32, 1024});
 }
 
 TEST(Overlap, SmallBucketsHideUnderBackward) {
-  const sim::Analysis analysis = ddp_step(25);
+  const core::Analysis analysis = ddp_step(25);
   ASSERT_EQ(analysis.iterations.size(), 2u);
-  const sim::IterationStats& rank = analysis.iterations.back();  // steady state: rebuilt buckets
+  const core::IterationStats& rank = analysis.iterations.back();  // steady state: rebuilt buckets
   ASSERT_GT(rank.communication, 0);
   EXPECT_LT(rank.exposed_communication / rank.communication, 0.1)
       << "exposed " << rank.exposed_communication << " of " << rank.communication;
@@ -40,8 +40,8 @@ TEST(Overlap, SmallBucketsHideUnderBackward) {
 }
 
 TEST(Overlap, OneGiantBucketIsAllExposed) {
-  const sim::Analysis analysis = ddp_step(100000);
-  const sim::IterationStats& rank = analysis.iterations.back();
+  const core::Analysis analysis = ddp_step(100000);
+  const core::IterationStats& rank = analysis.iterations.back();
   ASSERT_GT(rank.communication, 0);
   EXPECT_GT(rank.exposed_communication / rank.communication, 0.9)
       << "exposed " << rank.exposed_communication << " of " << rank.communication;
@@ -49,8 +49,8 @@ TEST(Overlap, OneGiantBucketIsAllExposed) {
 }
 
 TEST(Overlap, HidingCommunicationShortensTheStep) {
-  const sim::Analysis hidden = ddp_step(25);
-  const sim::Analysis exposed = ddp_step(100000);
+  const core::Analysis hidden = ddp_step(25);
+  const core::Analysis exposed = ddp_step(100000);
   EXPECT_LT(hidden.iterations.back().step_time, exposed.iterations.back().step_time);
 }
 

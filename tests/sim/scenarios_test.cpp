@@ -11,9 +11,9 @@
 #include "stratsim/core/model_io.hpp"
 #include "stratsim/core/plan.hpp"
 #include "stratsim/core/planner.hpp"
-#include "stratsim/sim/analysis.hpp"
+#include "stratsim/core/run_analysis.hpp"
+#include "stratsim/core/trace.hpp"
 #include "stratsim/sim/simulator.hpp"
-#include "stratsim/sim/trace.hpp"
 
 namespace stratsim::test {
 namespace {
@@ -40,10 +40,11 @@ TEST_P(Scenarios, SimulatesDeterministicallyWithinPhysicalLimits) {
   const sim::PlatformSpec platform = sim::parse_platform(s.platform);
   const sim::SimResult a = sim::simulate(program, platform);
   const sim::SimResult b = sim::simulate(program, platform);
-  const sim::Analysis analysis = sim::analyse(program, a, sim::Workload{8, 0});
+  const core::Analysis analysis = core::analyse(program, a, core::Workload{8, 0});
   // Byte-identical outputs across runs.
-  EXPECT_EQ(sim::json_report(program, a, analysis).dump(), sim::json_report(program, b, sim::analyse(program, b, sim::Workload{8, 0})).dump());
-  EXPECT_EQ(sim::chrome_trace(program, a), sim::chrome_trace(program, b));
+  EXPECT_EQ(core::json_report(program, a, analysis).dump(),
+            core::json_report(program, b, core::analyse(program, b, core::Workload{8, 0})).dump());
+  EXPECT_EQ(core::chrome_trace(program, a), core::chrome_trace(program, b));
   // Every op ran, in stream order, after its dependencies.
   ASSERT_FALSE(a.timings.empty());
   for (const auto& timings : a.timings)
@@ -53,12 +54,12 @@ TEST_P(Scenarios, SimulatesDeterministicallyWithinPhysicalLimits) {
       for (int dep : op.deps) EXPECT_LE(timings[dep].end, timings[op.id].issue + 1e-15) << op.name << " after " << dep;
     }
   ASSERT_EQ(analysis.iterations.size(), 2u);
-  for (const sim::IterationStats& it : analysis.iterations) EXPECT_GT(it.step_time, 0);
+  for (const core::IterationStats& it : analysis.iterations) EXPECT_GT(it.step_time, 0);
   // busbw never beats the fastest link of the platform (no in-network reduction is modelled).
   double fastest = 0;
   for (const sim::LinkLoad& link : a.links) fastest = std::max(fastest, link.bandwidth);
-  for (const sim::CollectiveStats& c : analysis.collectives)
-    EXPECT_LE(c.busbw, fastest * (1 + 1e-9)) << c.name << " " << sim::algorithm_name(c.algorithm);
+  for (const core::CollectiveStats& c : analysis.collectives)
+    EXPECT_LE(c.busbw, fastest * (1 + 1e-9)) << c.name << " " << c.algorithm;
   for (const sim::LinkLoad& link : a.links) EXPECT_LE(link.utilisation, 1 + 1e-9) << link.name;
 }
 

@@ -7,6 +7,8 @@
 #include <tuple>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sim_test_support.hpp"
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/model_io.hpp"
@@ -72,7 +74,8 @@ TEST(Launch, StragglerDelaysTheCollectiveForEveryMember) {
   options.compute.apply_overrides(STRATSIM_TEST_DATA "/sim/compute_ideal.json");
   options.stragglers[1] = 2.0;
   const sim::SimResult result = sim::simulate(program, uniform_star(2), options);
-  ASSERT_EQ(result.mode, sim::RankMode::full);
+  ASSERT_EQ(result.rank_mode, sim::RankMode::full);
+  ASSERT_EQ(result.mode, "full");
   ASSERT_EQ(result.timings.size(), 2u);
   EXPECT_NEAR(result.timings[0][gemm].end, 1.0, 1e-9);
   EXPECT_NEAR(result.timings[1][gemm].end, 2.0, 1e-9);
@@ -151,6 +154,24 @@ TEST(Determinism, SameInputsGiveIdenticalResults) {
     EXPECT_EQ(a.collectives[i].end, b.collectives[i].end);
   }
   EXPECT_EQ(a.makespan, b.makespan);
+}
+
+// The result crosses the pipe from the simulation process whole: core's fields and the
+// simulator's own, and the notes and extra that core's reports print.
+TEST(Result, IsARunResultWithTheSimulatorsNotes) {
+  const core::Program program = planned("zoo:TestModel", "builtin:fsdp-tp", 1);
+  const sim::SimResult result = sim::simulate(program, sim::parse_platform("h100:nodes=2,gpus=2,nic=node"));
+  EXPECT_EQ(result.source, "simulation");
+  EXPECT_EQ(result.mode, "representative");
+  EXPECT_EQ(result.rank_mode, sim::RankMode::representative);
+  EXPECT_EQ(result.recorded, (std::vector<std::vector<int>>{{0, 1, 2, 3}}));
+  EXPECT_GT(result.wall_seconds, 0);
+  ASSERT_FALSE(result.collectives.empty());
+  for (const sim::CollectiveRun& run : result.collectives)
+    EXPECT_TRUE(sim::parse_algorithm(run.algorithm).has_value()) << run.algorithm;
+  EXPECT_EQ(result.notes, std::vector<std::string>{std::to_string(result.flows) + " SimGrid flows"});
+  EXPECT_TRUE(result.mode_notes.empty());  // two nodes on one leaf: nothing to fold
+  EXPECT_EQ(result.extra, (nlohmann::json{{"folded_nodes", 0}, {"total_nodes", 2}}));
 }
 
 TEST(Errors, MoreRanksThanDevicesIsAnInputError) {

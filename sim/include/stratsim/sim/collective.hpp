@@ -88,8 +88,4 @@ double estimate_time(const Schedule& schedule, const std::vector<int>& member_no
 Algorithm select_algorithm(core::CollectiveKind kind, const std::vector<int>& member_nodes, double bytes,
                            const LinkCosts& costs);
 
-// nccl-tests bus-bandwidth factor: all_reduce 2(p-1)/p; all_gather, reduce_scatter, all_to_all
-// (p-1)/p; broadcast 1.
-double busbw_factor(core::CollectiveKind kind, int p);
-
 }  // namespace stratsim::sim

@@ -21,6 +21,10 @@
 // collective on a folded group runs a ring, hierarchical or tree all-reduce; otherwise the run is
 // unfolded and SimResult::fold_note says why. SimOptions::fold = false turns it off.
 //
+// The result is a core::RunResult, so core's analysis, reports and timelines (run_analysis.hpp,
+// trace.hpp) serve it as they serve measured runs; what only a simulation has stays typed here and
+// is also said in the result's notes and extra, which those reports print.
+//
 // SimGrid allows one engine per process, so simulate() runs the engine in a forked child and
 // reads the result back; it can be called any number of times.
 #pragma once
@@ -28,9 +32,11 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "stratsim/core/program.hpp"
+#include "stratsim/core/run_result.hpp"
 #include "stratsim/sim/collective.hpp"
 #include "stratsim/sim/device.hpp"
 #include "stratsim/sim/platform.hpp"
@@ -38,6 +44,8 @@
 namespace stratsim::sim {
 
 enum class RankMode { automatic, representative, full };
+
+std::string_view rank_mode_name(RankMode mode);  // "automatic", "representative", "full"
 
 struct SimOptions {
   RankMode mode = RankMode::automatic;  // automatic: representative unless stragglers are given
@@ -48,45 +56,21 @@ struct SimOptions {
   bool fold = true;                  // representative mode: fold the network by node symmetry (see below)
 };
 
-// When one op ran on one simulated rank. For collectives: issue = the rank reached it on its
-// stream; start = the last member issued it; end = it completed (for this rank).
-struct OpTiming {
-  double issue = 0, start = 0, end = 0;
-};
+// The run's records are core's (run_result.hpp); CollectiveRun::algorithm holds algorithm_name().
+using OpTiming = core::OpTiming;
+using CollectiveRun = core::CollectiveRun;
+using LinkLoad = core::LinkLoad;
 
-// One group instance of one collective op.
-struct CollectiveRun {
-  int op = 0;        // ProgramOp id
-  int instance = 0;  // which group of the op's mesh dims (DeviceMesh::group_index)
-  Algorithm algorithm = Algorithm::ring;
-  double bytes = 0;  // nccl-tests n
-  int group_size = 1;
-  double start = 0, end = 0;
-  std::vector<int> ranks;  // members, in group order
-};
-
-struct LinkLoad {
-  std::string name;
-  double bandwidth = 0;  // bytes/s
-  double bytes = 0;      // carried over the whole run
-  double utilisation = 0;  // bytes / (bandwidth * makespan)
-};
-
-struct SimResult {
-  RankMode mode = RankMode::representative;
-  std::string platform;                    // describe_platform()
-  int world_size = 1;
-  std::vector<std::vector<int>> simulated;  // simulated rank -> the ranks it stands for
-  std::vector<std::vector<OpTiming>> timings;  // [simulated rank][op id]
-  std::vector<CollectiveRun> collectives;      // in completion order of start time
-  std::vector<LinkLoad> links;                 // every link that carried bytes, by name
-  std::vector<double> iteration_end;           // [iteration - 1]: when the last op of it ended on any rank
-  double makespan = 0;
-  double wall_seconds = 0;  // host time the simulation took (not part of the deterministic output)
-  std::int64_t flows = 0;   // SimGrid comms started
-  int folded_nodes = 0;     // nodes simulated when the network was folded; 0: not folded
-  int total_nodes = 0;      // nodes the job spans (cluster platforms)
-  std::string fold_note;    // why a cluster run was not folded, if it was not
+// RunResult with source "simulation", mode rank_mode_name(rank_mode), `recorded` = the simulated
+// ranks (each with the ranks it stands for), platform = describe_platform(), and wall_seconds =
+// the host time simulate() took. mode_notes say how the network was folded (or why not), notes
+// the SimGrid flow count, and extra holds folded_nodes, total_nodes and fold_note (when set).
+struct SimResult : core::RunResult {
+  RankMode rank_mode = RankMode::representative;
+  std::int64_t flows = 0;  // SimGrid comms started
+  int folded_nodes = 0;    // nodes simulated when the network was folded; 0: not folded
+  int total_nodes = 0;     // nodes the job spans (cluster platforms)
+  std::string fold_note;   // why a cluster run was not folded, if it was not
 };
 
 // Throws core::InputError for impossible mappings (more ranks than devices) and bad platforms.

@@ -1,6 +1,7 @@
-// The report of `stratsim simulate`: a terminal text form and a deterministic JSON form
-// ("stratsim.simulation" v1, documented in sim/README.md). Both only format an Analysis; the JSON
-// leaves out host wall time so that two runs of the same input give byte-identical output.
+// The report of a run, simulated (`stratsim simulate`) or measured (`stratsim run`): a terminal
+// text form and a deterministic JSON form ("stratsim.simulation" v1 for both, documented in
+// sim/README.md). Both only format an Analysis and what the producer noted; the JSON leaves out
+// host wall time so that two runs of the same input give byte-identical output.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,22 +11,28 @@
 #include <set>
 #include <tuple>
 
-#include "stratsim/sim/analysis.hpp"
+#include "run_views.hpp"
+#include "stratsim/core/run_analysis.hpp"
 
-namespace stratsim::sim {
+namespace stratsim::core {
 namespace {
 
 using json = nlohmann::json;
 
-constexpr std::size_t kRanksShown = 8;  // the text report lists this many simulated ranks
+constexpr std::size_t kRanksShown = 8;  // the text report lists this many recorded ranks
 
-std::string mode_name(RankMode mode) {
-  switch (mode) {
-    case RankMode::automatic: return "automatic";
-    case RankMode::representative: return "representative";
-    case RankMode::full: return "full";
+// How the report calls a recorded rank: the simulator's wording for simulated runs.
+std::string_view rank_adjective(const RunResult& result) {
+  return detail::is_simulated(result) ? "simulated" : "recorded";
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view separator) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += separator;
+    out += items[i];
   }
-  return "?";
+  return out;
 }
 
 // 1234567 -> "1.235 M": throughput figures span many orders of magnitude.
@@ -38,18 +45,31 @@ std::string si(double value) {
   return fmt::format("{:.3f} ", value);
 }
 
-std::string mode_line(const SimResult& result) {
-  if (result.mode == RankMode::representative) {
-    std::string line =
-        fmt::format("mode: representative (1 simulated rank stands for all {} ranks)", result.world_size);
-    if (result.folded_nodes > 0)
-      line +=
-          fmt::format("; network folded onto {} of {} nodes by node symmetry", result.folded_nodes, result.total_nodes);
-    else if (!result.fold_note.empty()) line += "; network " + result.fold_note;
-    return line;
-  }
-  return fmt::format("mode: {} ({} simulated ranks of {})", mode_name(result.mode), result.simulated.size(),
-                     result.world_size);
+// "stratsim simulate: ..." or "stratsim run (gloo): ...".
+std::string title_line(const Program& program, const RunResult& result, const Analysis& analysis) {
+  const std::string title =
+      detail::is_simulated(result) ? "stratsim simulate" : fmt::format("stratsim run ({})", result.source);
+  return fmt::format("{}: {} ops, {} iterations, world size {}\n", title, program.ops.size(),
+                     analysis.iterations.size(), result.world_size);
+}
+
+// The rank mode, then the producer's mode notes as "; "-separated clauses.
+std::string mode_line(const RunResult& result) {
+  std::string line = result.mode == "representative"
+                         ? fmt::format("mode: representative (1 {} rank stands for all {} ranks)",
+                                       rank_adjective(result), result.world_size)
+                         : fmt::format("mode: {} ({} {} ranks of {})", result.mode, result.recorded.size(),
+                                       rank_adjective(result), result.world_size);
+  for (const std::string& note : result.mode_notes) line += "; " + note;
+  return line + "\n";
+}
+
+// The makespan, then in parentheses the producer's notes and the host time the run took.
+std::string makespan_line(const RunResult& result, const Analysis& analysis) {
+  std::vector<std::string> clauses = result.notes;
+  clauses.push_back(
+      fmt::format("{} in {}", detail::is_simulated(result) ? "simulated" : "ran", format_seconds(result.wall_seconds)));
+  return fmt::format("makespan: {} ({})\n", format_seconds(analysis.makespan), join(clauses, ", "));
 }
 
 void iteration_section(std::string& out, const Analysis& analysis) {
@@ -70,8 +90,8 @@ void iteration_section(std::string& out, const Analysis& analysis) {
   }
 }
 
-void rank_section(std::string& out, const Analysis& analysis) {
-  out += "\nper simulated rank:\n";
+void rank_section(std::string& out, const RunResult& result, const Analysis& analysis) {
+  out += fmt::format("\nper {} rank:\n", rank_adjective(result));
   out += fmt::format("  {:<16}  {:>12}  {:>12}  {:>12}  {:>8}  {:>12}  {:>12}\n", "ranks", "compute", "comm", "exposed",
                      "overlap", "idle", "wait");
   for (std::size_t i = 0; i < analysis.ranks.size(); ++i) {
@@ -91,7 +111,7 @@ void rank_section(std::string& out, const Analysis& analysis) {
   }
 }
 
-// One row per (kind, group, algorithm): the simulated collectives, summed over ops and instances.
+// One row per (kind, group, algorithm): the run's collectives, summed over ops and instances.
 struct CollectiveRow {
   std::set<int> ops;
   int runs = 0;
@@ -103,8 +123,7 @@ void collective_section(std::string& out, const Analysis& analysis) {
   using Key = std::tuple<std::string, std::string, std::string>;
   std::map<Key, CollectiveRow> rows;
   for (const CollectiveStats& c : analysis.collectives) {
-    CollectiveRow& row =
-        rows[{std::string(core::collective_kind_name(c.kind)), c.group, std::string(algorithm_name(c.algorithm))}];
+    CollectiveRow& row = rows[{std::string(collective_kind_name(c.kind)), c.group, c.algorithm}];
     row.ops.insert(c.op);
     ++row.runs;
     row.bytes += c.bytes;
@@ -117,20 +136,25 @@ void collective_section(std::string& out, const Analysis& analysis) {
   std::vector<std::pair<Key, CollectiveRow>> sorted(rows.begin(), rows.end());
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](const auto& a, const auto& b) { return a.second.time > b.second.time; });
+  // The algorithm column fits the longest name ("gloo halving-doubling"), 12 at least.
+  std::size_t width = 12;
+  for (const auto& [key, row] : sorted) width = std::max(width, std::get<2>(key).size());
   out += "\ncollectives (instances summed):\n";
-  out += fmt::format("  {:<15}  {:<10}  {:<12}  {:>6}  {:>8}  {:>12}  {:>12}  {:>14}\n", "kind", "group", "algorithm",
-                     "ops", "runs", "total time", "mean time", "mean busbw");
+  out += fmt::format("  {:<15}  {:<10}  {:<{}}  {:>6}  {:>8}  {:>12}  {:>12}  {:>14}\n", "kind", "group", "algorithm",
+                     width, "ops", "runs", "total time", "mean time", "mean busbw");
   for (const auto& [key, row] : sorted) {
     const auto& [kind, group, algorithm] = key;
     const double mean_busbw = row.timed ? row.busbw_sum / row.timed : 0.0;
-    out += fmt::format("  {:<15}  {:<10}  {:<12}  {:>6}  {:>8}  {:>12}  {:>12}  {:>9.2f} GB/s\n", kind, group,
-                       algorithm, row.ops.size(), row.runs, format_seconds(row.time),
+    out += fmt::format("  {:<15}  {:<10}  {:<{}}  {:>6}  {:>8}  {:>12}  {:>12}  {:>9.2f} GB/s\n", kind, group,
+                       algorithm, width, row.ops.size(), row.runs, format_seconds(row.time),
                        format_seconds(row.time / row.runs), mean_busbw / 1e9);
   }
   if (rows.empty()) out += "  (none)\n";
 }
 
-void link_section(std::string& out, const Analysis& analysis) {
+// Only simulations model links; a measured run without link figures has no section.
+void link_section(std::string& out, const RunResult& result, const Analysis& analysis) {
+  if (analysis.busiest_links.empty() && !detail::is_simulated(result)) return;
   out += "\nbusiest links:\n";
   for (const LinkLoad& link : analysis.busiest_links)
     out += fmt::format("  {:<32}  {:>9.2f} GB/s  {:>12}B  {:>6.1f}%\n", link.name, link.bandwidth / 1e9, si(link.bytes),
@@ -167,10 +191,10 @@ json rank_json(const RankStats& r) {
 json collective_json(const CollectiveStats& c) {
   return {{"op", c.op},
           {"name", c.name},
-          {"kind", core::collective_kind_name(c.kind)},
+          {"kind", collective_kind_name(c.kind)},
           {"group", c.group},
           {"instance", c.instance},
-          {"algorithm", algorithm_name(c.algorithm)},
+          {"algorithm", c.algorithm},
           {"group_size", c.group_size},
           {"bytes", c.bytes},
           {"start_s", c.start},
@@ -182,47 +206,40 @@ json collective_json(const CollectiveStats& c) {
 
 }  // namespace
 
-std::string text_report(const core::Program& program, const SimResult& result, const Analysis& analysis) {
-  std::string out;
-  out += fmt::format("stratsim simulate: {} ops, {} iterations, world size {}\n", program.ops.size(),
-                     analysis.iterations.size(), result.world_size);
+std::string text_report(const Program& program, const RunResult& result, const Analysis& analysis) {
+  std::string out = title_line(program, result, analysis);
   out += "platform: " + result.platform + "\n";
-  out += mode_line(result) + "\n";
-  out += fmt::format("makespan: {} ({} SimGrid flows, simulated in {})\n", format_seconds(analysis.makespan),
-                     result.flows, format_seconds(result.wall_seconds));
+  out += mode_line(result);
+  out += makespan_line(result, analysis);
   iteration_section(out, analysis);
-  rank_section(out, analysis);
+  rank_section(out, result, analysis);
   collective_section(out, analysis);
-  link_section(out, analysis);
+  link_section(out, result, analysis);
   return out;
 }
 
-json json_report(const core::Program& /*program*/, const SimResult& result, const Analysis& analysis) {
-  json doc;
+json json_report(const Program& /*program*/, const RunResult& result, const Analysis& analysis) {
+  // The producer's keys first, so that they never replace the report's own.
+  json doc = result.extra.is_object() ? result.extra : json::object();
+  // One format for every source (stratsim compare reads both sides alike); "source" is written for
+  // measured runs only, so that simulation reports keep their bytes.
   doc["format"] = "stratsim.simulation";
+  if (!detail::is_simulated(result)) doc["source"] = result.source;
   doc["version"] = 1;
   doc["platform"] = result.platform;
-  doc["mode"] = mode_name(result.mode);
+  doc["mode"] = result.mode;
   doc["world_size"] = result.world_size;
-  doc["folded_nodes"] = result.folded_nodes;
-  doc["total_nodes"] = result.total_nodes;
-  if (!result.fold_note.empty()) doc["fold_note"] = result.fold_note;
   doc["makespan_s"] = analysis.makespan;
-  json iterations = json::array(), ranks = json::array(), collectives = json::array(), links = json::array();
+  json iterations = json::array(), ranks = json::array(), collectives = json::array();
   for (const IterationStats& it : analysis.iterations) iterations.push_back(iteration_json(it));
   for (const RankStats& r : analysis.ranks) ranks.push_back(rank_json(r));
   for (const CollectiveStats& c : analysis.collectives) collectives.push_back(collective_json(c));
-  // Every link that carried bytes (the result's order, by name); the text report shows the busiest.
-  for (const LinkLoad& link : result.links)
-    links.push_back({{"name", link.name},
-                     {"bandwidth_GBps", link.bandwidth / 1e9},
-                     {"bytes", link.bytes},
-                     {"utilisation", link.utilisation}});
   doc["iterations"] = std::move(iterations);
   doc["ranks"] = std::move(ranks);
   doc["collectives"] = std::move(collectives);
-  doc["links"] = std::move(links);
+  // Every link that carried bytes (the result's order, by name); the text report shows the busiest.
+  doc["links"] = detail::links_json(result.links);
   return doc;
 }
 
-}  // namespace stratsim::sim
+}  // namespace stratsim::core

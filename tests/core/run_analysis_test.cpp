@@ -1,21 +1,20 @@
 // analyse(), text_report() and json_report() on hand-made programs and results whose overlap,
-// exposed communication, idle time, waits, throughput and bandwidths are known exactly. No
-// simulation runs here: the inputs are what the engine would produce.
+// exposed communication, idle time, waits, throughput and bandwidths are known exactly. Nothing
+// runs here: the inputs are what the simulator or real execution would produce.
 #include <gtest/gtest.h>
+
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
-#include "stratsim/sim/analysis.hpp"
+#include "stratsim/core/run_analysis.hpp"
 
-namespace stratsim::sim {
+namespace stratsim::core {
 namespace {
 
-using core::CollectiveKind;
-using core::OpType;
-
 // A program with streams compute, ddp, tp and groups dp (size 8) and tp (size 4).
-core::Program base_program() {
-  core::Program program;
+Program base_program() {
+  Program program;
   program.world_size = 8;
   program.streams = {"compute", "ddp", "tp"};
   program.groups = {{{0}, "dp", 8}, {{1}, "tp", 4}};
@@ -23,8 +22,8 @@ core::Program base_program() {
   return program;
 }
 
-int add_compute(core::Program& program, const std::string& name, int iteration = 1, double flops = 0) {
-  core::ProgramOp op;
+int add_compute(Program& program, const std::string& name, int iteration = 1, double flops = 0) {
+  ProgramOp op;
   op.name = name;
   op.iteration = iteration;
   op.flops = flops;
@@ -32,9 +31,9 @@ int add_compute(core::Program& program, const std::string& name, int iteration =
   return program.add(op).id;
 }
 
-int add_collective(core::Program& program, const std::string& name, int stream, int group,
+int add_collective(Program& program, const std::string& name, int stream, int group,
                    CollectiveKind kind = CollectiveKind::all_reduce, int iteration = 1) {
-  core::ProgramOp op;
+  ProgramOp op;
   op.type = OpType::collective;
   op.name = name;
   op.stream = stream;
@@ -45,14 +44,14 @@ int add_collective(core::Program& program, const std::string& name, int stream, 
 }
 
 // One representative simulated rank standing for all ranks, with the given per-op timings.
-SimResult representative(const core::Program& program, std::vector<OpTiming> timings, double makespan) {
-  SimResult result;
-  result.mode = RankMode::representative;
+RunResult representative(const Program& program, std::vector<OpTiming> timings, double makespan) {
+  RunResult result;
+  result.mode = "representative";
   result.platform = "test platform";
   result.world_size = program.world_size;
   std::vector<int> all(program.world_size);
   for (int r = 0; r < program.world_size; ++r) all[r] = r;
-  result.simulated = {all};
+  result.recorded = {all};
   result.timings = {std::move(timings)};
   result.iteration_end = {makespan};
   result.makespan = makespan;
@@ -67,11 +66,11 @@ double stream_busy(const RankStats& stats, const std::string& stream) {
 }
 
 TEST(Analysis, PartialOverlapHalfTheCommunication) {
-  core::Program program = base_program();
+  Program program = base_program();
   add_compute(program, "fwd");
   add_collective(program, "ddp.bucket0", 1, 0);
   // compute [0,10), comm [5,15) issued at 3: half the communication runs under compute.
-  const SimResult result = representative(program, {{0, 0, 10}, {3, 5, 15}}, 20);
+  const RunResult result = representative(program, {{0, 0, 10}, {3, 5, 15}}, 20);
   const Analysis a = analyse(program, result, {});
   ASSERT_EQ(a.ranks.size(), 1u);
   const RankStats& r = a.ranks[0];
@@ -89,10 +88,10 @@ TEST(Analysis, PartialOverlapHalfTheCommunication) {
 }
 
 TEST(Analysis, FullyHiddenCommunicationIsNotExposed) {
-  core::Program program = base_program();
+  Program program = base_program();
   add_compute(program, "bwd");
   add_collective(program, "ddp.bucket0", 1, 0);
-  const SimResult result = representative(program, {{0, 0, 10}, {2, 2, 8}}, 10);
+  const RunResult result = representative(program, {{0, 0, 10}, {2, 2, 8}}, 10);
   const RankStats r = analyse(program, result, {}).ranks[0];
   EXPECT_DOUBLE_EQ(r.overlap, 1);
   EXPECT_DOUBLE_EQ(r.exposed_communication, 0);
@@ -101,11 +100,11 @@ TEST(Analysis, FullyHiddenCommunicationIsNotExposed) {
 }
 
 TEST(Analysis, NoCommunicationHasZeroOverlap) {
-  core::Program program = base_program();
+  Program program = base_program();
   add_compute(program, "a");
   add_compute(program, "b");
   // A gap [4,6) between the two kernels is idle, as is the tail [9,10).
-  const SimResult result = representative(program, {{0, 0, 4}, {6, 6, 9}}, 10);
+  const RunResult result = representative(program, {{0, 0, 4}, {6, 6, 9}}, 10);
   const RankStats r = analyse(program, result, {}).ranks[0];
   EXPECT_DOUBLE_EQ(r.communication, 0);
   EXPECT_DOUBLE_EQ(r.overlap, 0);
@@ -115,12 +114,12 @@ TEST(Analysis, NoCommunicationHasZeroOverlap) {
 }
 
 TEST(Analysis, CommunicationOnTwoStreamsIsCountedOnce) {
-  core::Program program = base_program();
+  Program program = base_program();
   add_collective(program, "ddp.bucket0", 1, 0);
   add_collective(program, "tp.mlp", 2, 1);
   add_compute(program, "fwd");
   // ddp [0,4) and tp [2,6) overlap each other: comm union [0,6); compute [5,10) covers [5,6).
-  const SimResult result = representative(program, {{0, 0, 4}, {1, 2, 6}, {5, 5, 10}}, 10);
+  const RunResult result = representative(program, {{0, 0, 4}, {1, 2, 6}, {5, 5, 10}}, 10);
   const RankStats r = analyse(program, result, {}).ranks[0];
   EXPECT_DOUBLE_EQ(r.communication, 6);
   EXPECT_DOUBLE_EQ(r.compute, 5);
@@ -133,11 +132,11 @@ TEST(Analysis, CommunicationOnTwoStreamsIsCountedOnce) {
 }
 
 TEST(Analysis, ZeroDurationOpsAddNothing) {
-  core::Program program = base_program();
+  Program program = base_program();
   add_compute(program, "a");
   add_compute(program, "empty");
   add_collective(program, "empty.ar", 1, 0);
-  const SimResult result = representative(program, {{0, 0, 4}, {4, 4, 4}, {4, 6, 6}}, 8);
+  const RunResult result = representative(program, {{0, 0, 4}, {4, 4, 4}, {4, 6, 6}}, 8);
   const RankStats r = analyse(program, result, {}).ranks[0];
   EXPECT_DOUBLE_EQ(r.compute, 4);
   EXPECT_DOUBLE_EQ(r.communication, 0);
@@ -147,13 +146,13 @@ TEST(Analysis, ZeroDurationOpsAddNothing) {
 }
 
 TEST(Analysis, StepTimesAndThroughputPerIteration) {
-  core::Program program = base_program();
+  Program program = base_program();
   program.iterations = 2;
   add_compute(program, "it1.a", 1, 3e12);
   add_compute(program, "it1.b", 1, 1e12);
   add_compute(program, "it2.a", 2, 3e12);
   add_collective(program, "it2.ar", 1, 0, CollectiveKind::all_reduce, 2);
-  SimResult result = representative(program, {{0, 0, 1}, {1, 1, 2}, {2, 2, 3}, {3, 3, 3.5}}, 3.5);
+  RunResult result = representative(program, {{0, 0, 1}, {1, 1, 2}, {2, 2, 3}, {3, 3, 3.5}}, 3.5);
   result.iteration_end = {2.0, 3.5};
   const Analysis a = analyse(program, result, {64, 1024});
   ASSERT_EQ(a.iterations.size(), 2u);
@@ -174,7 +173,7 @@ TEST(Analysis, StepTimesAndThroughputPerIteration) {
 }
 
 TEST(Analysis, TokensAreZeroForNonSequenceModels) {
-  core::Program program = base_program();
+  Program program = base_program();
   add_compute(program, "a");
   const Analysis a = analyse(program, representative(program, {{0, 0, 0.5}}, 0.5), {16, 0});
   EXPECT_DOUBLE_EQ(a.iterations[0].samples_per_second, 32);
@@ -182,20 +181,20 @@ TEST(Analysis, TokensAreZeroForNonSequenceModels) {
 }
 
 TEST(Analysis, CollectiveBandwidthsFollowNcclTests) {
-  core::Program program = base_program();
+  Program program = base_program();
   const int ar = add_collective(program, "ddp.bucket0", 1, 0, CollectiveKind::all_reduce);
   const int ag = add_collective(program, "tp.gather", 2, 1, CollectiveKind::all_gather);
-  SimResult result = representative(program, {{0, 0, 0.5}, {0.5, 0.5, 0.5}}, 1);
-  result.collectives = {{ar, 0, Algorithm::ring, 1e9, 8, 0, 0.5, {0, 1, 2, 3, 4, 5, 6, 7}},
-                        {ag, 1, Algorithm::direct, 4e8, 4, 0.25, 0.5, {4, 5, 6, 7}},
-                        {ag, 0, Algorithm::direct, 4e8, 4, 0.5, 0.5, {0, 1, 2, 3}}};
+  RunResult result = representative(program, {{0, 0, 0.5}, {0.5, 0.5, 0.5}}, 1);
+  result.collectives = {{ar, 0, "ring", 1e9, 8, 0, 0.5, {0, 1, 2, 3, 4, 5, 6, 7}},
+                        {ag, 1, "direct", 4e8, 4, 0.25, 0.5, {4, 5, 6, 7}},
+                        {ag, 0, "direct", 4e8, 4, 0.5, 0.5, {0, 1, 2, 3}}};
   const Analysis a = analyse(program, result, {});
   ASSERT_EQ(a.collectives.size(), 3u);
   const CollectiveStats& c = a.collectives[0];
   EXPECT_EQ(c.name, "ddp.bucket0");
   EXPECT_EQ(c.group, "dp");
   EXPECT_EQ(c.kind, CollectiveKind::all_reduce);
-  EXPECT_EQ(c.algorithm, Algorithm::ring);
+  EXPECT_EQ(c.algorithm, "ring");
   EXPECT_DOUBLE_EQ(c.duration, 0.5);
   EXPECT_DOUBLE_EQ(c.algbw, 2e9);
   EXPECT_DOUBLE_EQ(c.busbw, 2e9 * 14 / 8);  // all_reduce: 2(p-1)/p
@@ -209,9 +208,9 @@ TEST(Analysis, CollectiveBandwidthsFollowNcclTests) {
 }
 
 TEST(Analysis, BusiestLinksTopTenByUtilisationThenName) {
-  core::Program program = base_program();
+  Program program = base_program();
   add_compute(program, "a");
-  SimResult result = representative(program, {{0, 0, 1}}, 1);
+  RunResult result = representative(program, {{0, 0, 1}}, 1);
   for (int i = 0; i < 12; ++i) result.links.push_back({"link" + std::to_string(i), 1e9, 1e8 * i, 0.1 * (i % 6)});
   const Analysis a = analyse(program, result, {});
   ASSERT_EQ(a.busiest_links.size(), 10u);
@@ -222,7 +221,7 @@ TEST(Analysis, BusiestLinksTopTenByUtilisationThenName) {
 
 // A million chained intervals: the sweep stays exact at scale (its speed is benchmarked, not timed here).
 TEST(Analysis, MillionOpsAreMeasuredExactly) {
-  core::Program program = base_program();
+  Program program = base_program();
   const int n = 500'000;  // pairs: 1e6 ops
   std::vector<OpTiming> timings;
   timings.reserve(2 * n);
@@ -234,7 +233,7 @@ TEST(Analysis, MillionOpsAreMeasuredExactly) {
     timings.push_back({2.0 * i, 2.0 * i, 2.0 * i + 1.5});
     timings.push_back({2.0 * i + 1, 2.0 * i + 1, 2.0 * i + 2.5});
   }
-  const SimResult result = representative(program, std::move(timings), 2.0 * n + 0.5);
+  const RunResult result = representative(program, std::move(timings), 2.0 * n + 0.5);
   const Analysis a = analyse(program, result, {});
   const RankStats& r = a.ranks[0];
   EXPECT_NEAR(r.compute, 1.5 * n, 1e-6);
@@ -244,13 +243,13 @@ TEST(Analysis, MillionOpsAreMeasuredExactly) {
 }
 
 TEST(Analysis, FullModeHasOneEntryPerSimulatedRank) {
-  core::Program program = base_program();
+  Program program = base_program();
   program.world_size = 2;
   add_compute(program, "a");
-  SimResult result;
-  result.mode = RankMode::full;
+  RunResult result;
+  result.mode = "full";
   result.world_size = 2;
-  result.simulated = {{0}, {1}};
+  result.recorded = {{0}, {1}};
   result.timings = {{{0, 0, 1}}, {{0, 0, 2}}};  // rank 1 straggles
   result.iteration_end = {2};
   result.makespan = 2;
@@ -263,8 +262,8 @@ TEST(Analysis, FullModeHasOneEntryPerSimulatedRank) {
 
 // A small run with collectives and links for the report tests.
 struct Sample {
-  core::Program program;
-  SimResult result;
+  Program program;
+  RunResult result;
   Analysis analysis;
 };
 
@@ -274,7 +273,7 @@ Sample sample() {
   add_compute(s.program, "fwd", 1, 2e12);
   const int ar = add_collective(s.program, "ddp.bucket0", 1, 0);
   s.result = representative(s.program, {{0, 0, 0.010}, {0.010, 0.011, 0.015}}, 0.015);
-  s.result.collectives = {{ar, 0, Algorithm::ring, 1e8, 8, 0.011, 0.015, {0, 1, 2, 3, 4, 5, 6, 7}}};
+  s.result.collectives = {{ar, 0, "ring", 1e8, 8, 0.011, 0.015, {0, 1, 2, 3, 4, 5, 6, 7}}};
   s.result.links = {{"node0.nic", 25e9, 1e8, 0.27}, {"node0.nvlink", 300e9, 2e8, 0.04}};
   s.result.wall_seconds = 0.123;
   s.analysis = analyse(s.program, s.result, {32, 2048});
@@ -291,14 +290,14 @@ TEST(Report, TextNamesModeIterationsRanksCollectivesAndLinks) {
 }
 
 TEST(Report, TextListsTheFirstEightSimulatedRanks) {
-  core::Program program = base_program();
+  Program program = base_program();
   program.world_size = 10;
   add_compute(program, "a");
-  SimResult result;
-  result.mode = RankMode::full;
+  RunResult result;
+  result.mode = "full";
   result.world_size = 10;
   for (int r = 0; r < 10; ++r) {
-    result.simulated.push_back({r});
+    result.recorded.push_back({r});
     result.timings.push_back({{0, 0, 1}});
   }
   result.iteration_end = {1};
@@ -339,6 +338,72 @@ TEST(Report, JsonHasDocumentedFieldsAndNoWallTime) {
   EXPECT_EQ(json_report(s.program, s.result, analyse(s.program, s.result, {32, 2048})).dump(), first);
 }
 
+// The producer's words go where run_result.hpp says, and its JSON keys never replace the report's.
+TEST(Report, ProducerNotesAndExtraKeys) {
+  Sample s = sample();
+  s.result.mode_notes = {"network folded onto 8 of 16 nodes"};
+  s.result.notes = {"20 SimGrid flows"};
+  s.result.extra = {{"folded_nodes", 8}, {"format", "not the report's"}};
+  const std::string text = text_report(s.program, s.result, s.analysis);
+  EXPECT_NE(text.find("mode: representative (1 simulated rank stands for all 8 ranks); network folded onto 8 of 16 "
+                      "nodes\nmakespan: 15.000 ms (20 SimGrid flows, simulated in 123.000 ms)\n"),
+            std::string::npos)
+      << text;
+  const nlohmann::json doc = json_report(s.program, s.result, s.analysis);
+  EXPECT_EQ(doc["folded_nodes"], 8);
+  EXPECT_EQ(doc["format"], "stratsim.simulation");
+  EXPECT_FALSE(doc.contains("source"));
+}
+
+// A measured run: every rank recorded, no links, no simulator wording.
+TEST(Report, MeasuredRunReadsAsMeasured) {
+  Program program = base_program();
+  program.world_size = 2;
+  add_compute(program, "a");
+  RunResult result;
+  result.source = "gloo";
+  result.mode = "measured";
+  result.platform = "2 gloo ranks on host";
+  result.world_size = 2;
+  result.recorded = {{0}, {1}};
+  result.timings = {{{0, 0, 1}}, {{0, 0, 2}}};
+  result.iteration_end = {2};
+  result.makespan = 2;
+  result.wall_seconds = 3;
+  const Analysis analysis = analyse(program, result, {});
+  const std::string text = text_report(program, result, analysis);
+  for (const char* expected :
+       {"stratsim run (gloo): 1 ops, 1 iterations, world size 2\n", "mode: measured (2 recorded ranks of 2)\n",
+        "makespan: 2.000 s (ran in 3.000 s)\n", "per recorded rank:"})
+    EXPECT_NE(text.find(expected), std::string::npos) << expected << "\n" << text;
+  for (const char* absent : {"simulat", "SimGrid", "busiest links"})
+    EXPECT_EQ(text.find(absent), std::string::npos) << absent << "\n" << text;
+  const nlohmann::json doc = json_report(program, result, analysis);
+  EXPECT_EQ(doc["format"], "stratsim.simulation");  // one format, so stratsim compare reads both alike
+  EXPECT_EQ(doc["source"], "gloo");
+  EXPECT_EQ(doc["mode"], "measured");
+  EXPECT_EQ(doc["ranks"].size(), 2u);
+  EXPECT_TRUE(doc["links"].empty());
+}
+
+// Throughput counts the ranks that see distinct data: tensor-parallel ranks share their samples.
+TEST(Analysis, WorkloadCountsDataParallelRanks) {
+  Model model;
+  model.seq_len = 128;
+  Plan plan;
+  plan.world_size = 8;
+  plan.mesh = DeviceMesh({2, 4}, {"dp", "tp"});
+  plan.batch_size = 4;
+  EXPECT_DOUBLE_EQ(workload_of(model, plan).samples_per_step, 32);
+  EXPECT_DOUBLE_EQ(workload_of(model, plan).tokens_per_sample, 128);
+  ParallelizeStep tp;
+  tp.mesh_dims = {"tp"};
+  plan.steps.push_back({tp, "", 0});
+  plan.seq_len = 64;
+  EXPECT_DOUBLE_EQ(workload_of(model, plan).samples_per_step, 8);
+  EXPECT_DOUBLE_EQ(workload_of(model, plan).tokens_per_sample, 64);
+}
+
 TEST(Format, SecondsWithSiPrefixes) {
   EXPECT_EQ(format_seconds(0), "0 s");
   EXPECT_EQ(format_seconds(12.3456), "12.346 s");
@@ -356,5 +421,15 @@ TEST(Format, RankListsCollapseRanges) {
   EXPECT_EQ(describe_ranks({}), "");
 }
 
+TEST(Format, BusBandwidthFactorsFollowNcclTests) {
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::all_reduce, 8), 2.0 * 7 / 8);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::all_gather, 8), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::reduce_scatter, 4), 3.0 / 4);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::all_to_all, 2), 0.5);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::broadcast, 16), 1.0);
+  EXPECT_DOUBLE_EQ(busbw_factor(CollectiveKind::all_reduce, 1), 0.0);
+  EXPECT_THROW(busbw_factor(CollectiveKind::all_reduce, 0), std::invalid_argument);
+}
+
 }  // namespace
-}  // namespace stratsim::sim
+}  // namespace stratsim::core

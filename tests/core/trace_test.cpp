@@ -9,53 +9,53 @@
 #include <regex>
 #include <set>
 
-#include "stratsim/sim/trace.hpp"
+#include "stratsim/core/trace.hpp"
 
-namespace stratsim::sim {
+namespace stratsim::core {
 namespace {
 
 using json = nlohmann::json;
 
 // fwd -> bwd on compute; bwd -> all_reduce on ddp (issued at 3, started at 3.5 when the last member
 // came); a tp all_gather of zero duration; the optimizer waits for the all_reduce.
-core::Program program() {
-  core::Program p;
+Program program() {
+  Program p;
   p.world_size = 2;
   p.streams = {"compute", "ddp", "tp"};
   p.groups = {{{0}, "dp", 2}};
   p.iterations = 1;
-  core::ProgramOp fwd;
+  ProgramOp fwd;
   fwd.name = "fc1.forward";
   fwd.module = "fc1";
   fwd.op_class = "gemm";
   fwd.flops = 2e9;
   fwd.bytes_accessed = 4096;
   p.add(fwd);
-  core::ProgramOp bwd = fwd;
+  ProgramOp bwd = fwd;
   bwd.name = "fc1.backward";
-  bwd.phase = core::Phase::backward;
+  bwd.phase = Phase::backward;
   p.add(bwd);
-  core::ProgramOp ar;
-  ar.type = core::OpType::collective;
+  ProgramOp ar;
+  ar.type = OpType::collective;
   ar.name = "ddp.bucket0";
-  ar.phase = core::Phase::backward;
+  ar.phase = Phase::backward;
   ar.stream = 1;
   ar.deps = {1};
   ar.group = 0;
   ar.bytes = ar.input_bytes = ar.output_bytes = 8192;
-  ar.dtype = core::DType::bfloat16;
+  ar.dtype = DType::bfloat16;
   p.add(ar);
-  core::ProgramOp ag = ar;
+  ProgramOp ag = ar;
   ag.name = "tp.gather";
-  ag.kind = core::CollectiveKind::all_gather;
+  ag.kind = CollectiveKind::all_gather;
   ag.stream = 2;
   ag.deps = {0};
   ag.output_bytes = 8192;
   ag.input_bytes = 4096;
   p.add(ag);
-  core::ProgramOp opt = fwd;
+  ProgramOp opt = fwd;
   opt.name = "optimizer.step";
-  opt.phase = core::Phase::optimizer;
+  opt.phase = Phase::optimizer;
   opt.op_class = "optimizer";
   opt.deps = {2};
   p.add(opt);
@@ -65,14 +65,14 @@ core::Program program() {
 // Times in seconds. Rank 0 reaches the all_reduce at 3; rank 1, the last member, at 3 + late.
 std::vector<OpTiming> timings(double late) { return {{0, 0, 1}, {1, 1, 3}, {3 + late, 3.5, 5}, {1, 1, 1}, {5, 5, 6}}; }
 
-SimResult full_result() {
-  SimResult r;
-  r.mode = RankMode::full;
+RunResult full_result() {
+  RunResult r;
+  r.mode = "full";
   r.platform = "2 nodes";
   r.world_size = 2;
-  r.simulated = {{0}, {1}};
+  r.recorded = {{0}, {1}};
   r.timings = {timings(0), timings(0.5)};
-  r.collectives = {{2, 0, Algorithm::ring, 8192, 2, 3.5, 5, {0, 1}}, {3, 0, Algorithm::direct, 8192, 2, 1, 1, {0, 1}}};
+  r.collectives = {{2, 0, "ring", 8192, 2, 3.5, 5, {0, 1}}, {3, 0, "direct", 8192, 2, 1, 1, {0, 1}}};
   r.links = {{"l0", 25e9, 8192, 0.1}};
   r.iteration_end = {6};
   r.makespan = 6;
@@ -80,10 +80,10 @@ SimResult full_result() {
   return r;
 }
 
-SimResult representative_result() {
-  SimResult r = full_result();
-  r.mode = RankMode::representative;
-  r.simulated = {{0, 1}};
+RunResult representative_result() {
+  RunResult r = full_result();
+  r.mode = "representative";
+  r.recorded = {{0, 1}};
   r.timings = {timings(0)};
   return r;
 }
@@ -143,7 +143,7 @@ TEST(ChromeTrace, FlowsPairUpAndBindInsideTheirSlices) {
 }
 
 TEST(ChromeTrace, MetadataNamesEveryProcessAndThreadUsed) {
-  for (const SimResult& result : {full_result(), representative_result()}) {
+  for (const RunResult& result : {full_result(), representative_result()}) {
     const json trace = json::parse(chrome_trace(program(), result));
     std::set<int> processes;
     std::set<std::pair<int, int>> threads;
@@ -179,9 +179,9 @@ TEST(ChromeTrace, ProcessesAreNamedByTheRanksTheyStandFor) {
 TEST(ChromeTrace, SlicesOnOneThreadNestOrAreDisjoint) {
   // The all_gather moves behind the all_reduce [3.5,5) on ddp and is issued at 4, before that one
   // ended: its wait slice must start at 5, not 4, or it would partially overlap the all_reduce.
-  core::Program p = program();
+  Program p = program();
   p.ops[3].stream = 1;
-  SimResult result = full_result();
+  RunResult result = full_result();
   result.timings[0][3] = {4, 5.5, 6};
   const json trace = json::parse(chrome_trace(p, result));
   const json* wait = find_slice(trace, "wait all_gather", 0);
@@ -245,14 +245,14 @@ TEST(ChromeTrace, CollectivesCarryKinetoCommArgsAndAWaitSlice) {
 }
 
 TEST(ChromeTrace, IsDeterministic) {
-  SimResult other = full_result();
+  RunResult other = full_result();
   other.wall_seconds = 42;
   EXPECT_EQ(chrome_trace(program(), full_result()), chrome_trace(program(), other));
 }
 
 TEST(Timeline, FieldsRoundTrip) {
-  const core::Program p = program();
-  const SimResult r = full_result();
+  const Program p = program();
+  const RunResult r = full_result();
   const json doc = json::parse(timeline_json(p, r).dump());
   EXPECT_EQ(doc, timeline_json(p, r));
   EXPECT_EQ(doc["format"], "stratsim.timeline");
@@ -289,5 +289,20 @@ TEST(Timeline, FieldsRoundTrip) {
   EXPECT_EQ(doc.dump().find("wall"), std::string::npos);
 }
 
+// A measured run names its source where a simulated one says "simulated".
+TEST(Timeline, MeasuredRunsNameTheirSource) {
+  RunResult r = full_result();
+  r.source = "gloo";
+  r.mode = "measured";
+  r.links.clear();
+  const json doc = timeline_json(program(), r);
+  EXPECT_EQ(doc["source"], "gloo");
+  EXPECT_EQ(doc["mode"], "measured");
+  const json trace = json::parse(chrome_trace(program(), r));
+  EXPECT_EQ(trace["otherData"]["source"], "gloo");
+  EXPECT_EQ(trace["otherData"]["recorded_ranks"], 2);
+  EXPECT_FALSE(trace["otherData"].contains("simulated_ranks"));
+}
+
 }  // namespace
-}  // namespace stratsim::sim
+}  // namespace stratsim::core

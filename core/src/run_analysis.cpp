@@ -1,16 +1,22 @@
-// analyse(): step times and throughput per iteration, per simulated rank the HTA-style temporal
+// analyse(): step times and throughput per iteration, per recorded rank the HTA-style temporal
 // breakdown (compute, communication, exposed communication, overlap, idle, wait at collectives),
 // per collective instance algbw/busbw, and the busiest links. Every per-rank quantity is a
 // measure of a union of intervals, computed by sorting and merging (O(n log n) in the op count).
-#include "stratsim/sim/analysis.hpp"
+#include "stratsim/core/run_analysis.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <stdexcept>
+#include <string>
 #include <utility>
+#include <variant>
 
-namespace stratsim::sim {
+#include "run_views.hpp"
+
+namespace stratsim::core {
 namespace {
 
 using Interval = std::pair<double, double>;  // [first, second)
@@ -22,10 +28,8 @@ std::vector<Interval> merge(std::vector<Interval> intervals) {
   std::vector<Interval> merged;
   for (const auto& [begin, end] : intervals) {
     if (end <= begin) continue;
-    if (!merged.empty() && begin <= merged.back().second)
-      merged.back().second = std::max(merged.back().second, end);
-    else
-      merged.emplace_back(begin, end);
+    if (!merged.empty() && begin <= merged.back().second) merged.back().second = std::max(merged.back().second, end);
+    else merged.emplace_back(begin, end);
   }
   return merged;
 }
@@ -45,16 +49,14 @@ double intersection(const std::vector<Interval>& a, const std::vector<Interval>&
     const double end = std::min(a[i].second, b[j].second);
     if (end > begin) total += end - begin;
     // Advance whichever ends first; the other may still overlap the next interval.
-    if (a[i].second < b[j].second)
-      ++i;
-    else
-      ++j;
+    if (a[i].second < b[j].second) ++i;
+    else ++j;
   }
   return total;
 }
 
 // The run's makespan, or when the result carries none (hand-made results), the latest end seen.
-double makespan_of(const SimResult& result) {
+double makespan_of(const RunResult& result) {
   if (result.makespan > 0) return result.makespan;
   double makespan = 0;
   for (double end : result.iteration_end) makespan = std::max(makespan, end);
@@ -66,13 +68,13 @@ double makespan_of(const SimResult& result) {
 // Communication, exposed communication and overlap of one rank inside one iteration's window
 // [it.start, it.end): every op interval clipped to the window, so work that spills over from the
 // previous iteration counts where it runs.
-void window_overlap(const core::Program& program, const std::vector<OpTiming>& timings, IterationStats& it) {
+void window_overlap(const Program& program, const std::vector<OpTiming>& timings, IterationStats& it) {
   std::vector<Interval> compute, communication;
   const std::size_t n = std::min(timings.size(), program.ops.size());
   for (std::size_t i = 0; i < n; ++i) {
     const Interval clipped{std::max(timings[i].start, it.start), std::min(timings[i].end, it.end)};
     if (clipped.second <= clipped.first) continue;
-    (program.ops[i].type == core::OpType::compute ? compute : communication).push_back(clipped);
+    (program.ops[i].type == OpType::compute ? compute : communication).push_back(clipped);
   }
   const std::vector<Interval> compute_union = merge(std::move(compute));
   const std::vector<Interval> comm_union = merge(std::move(communication));
@@ -82,12 +84,11 @@ void window_overlap(const core::Program& program, const std::vector<OpTiming>& t
   it.overlap = it.communication > 0 ? both / it.communication : 0.0;
 }
 
-std::vector<IterationStats> iteration_stats(const core::Program& program, const SimResult& result,
-                                            const Workload& workload) {
+std::vector<IterationStats> iteration_stats(const Program& program, const RunResult& result, const Workload& workload) {
   const std::size_t count = result.iteration_end.size();
   std::vector<double> flops(count, 0.0);
-  for (const core::ProgramOp& op : program.ops)
-    if (op.type == core::OpType::compute && op.iteration >= 1 && static_cast<std::size_t>(op.iteration) <= count)
+  for (const ProgramOp& op : program.ops)
+    if (op.type == OpType::compute && op.iteration >= 1 && static_cast<std::size_t>(op.iteration) <= count)
       flops[op.iteration - 1] += op.flops;
   std::vector<IterationStats> out;
   double start = 0;
@@ -109,7 +110,7 @@ std::vector<IterationStats> iteration_stats(const core::Program& program, const 
   return out;
 }
 
-RankStats rank_stats(const core::Program& program, const std::vector<OpTiming>& timings, std::vector<int> ranks,
+RankStats rank_stats(const Program& program, const std::vector<OpTiming>& timings, std::vector<int> ranks,
                      double makespan) {
   RankStats stats;
   stats.ranks = std::move(ranks);
@@ -117,10 +118,10 @@ RankStats rank_stats(const core::Program& program, const std::vector<OpTiming>& 
   std::vector<std::vector<Interval>> per_stream(program.streams.size());
   const std::size_t n = std::min(timings.size(), program.ops.size());
   for (std::size_t i = 0; i < n; ++i) {
-    const core::ProgramOp& op = program.ops[i];
+    const ProgramOp& op = program.ops[i];
     const OpTiming& t = timings[i];
     const Interval interval{t.start, t.end};
-    if (op.type == core::OpType::compute) {
+    if (op.type == OpType::compute) {
       compute.push_back(interval);
     } else {
       communication.push_back(interval);
@@ -142,7 +143,7 @@ RankStats rank_stats(const core::Program& program, const std::vector<OpTiming>& 
   return stats;
 }
 
-CollectiveStats collective_stats(const core::Program& program, const CollectiveRun& run) {
+CollectiveStats collective_stats(const Program& program, const CollectiveRun& run) {
   CollectiveStats stats;
   stats.op = run.op;
   stats.instance = run.instance;
@@ -153,11 +154,10 @@ CollectiveStats collective_stats(const core::Program& program, const CollectiveR
   stats.end = run.end;
   stats.duration = run.end - run.start;
   if (run.op >= 0 && static_cast<std::size_t>(run.op) < program.ops.size()) {
-    const core::ProgramOp& op = program.ops[run.op];
+    const ProgramOp& op = program.ops[run.op];
     stats.name = op.name;
     stats.kind = op.kind;
-    if (op.group >= 0 && static_cast<std::size_t>(op.group) < program.groups.size())
-      stats.group = program.groups[op.group].name;
+    stats.group = detail::group_name(program, op);
   }
   if (stats.duration > 0) {
     stats.algbw = stats.bytes / stats.duration;
@@ -177,14 +177,26 @@ std::vector<LinkLoad> busiest(std::vector<LinkLoad> links, std::size_t limit) {
 
 }  // namespace
 
-Analysis analyse(const core::Program& program, const SimResult& result, const Workload& workload) {
+Workload workload_of(const Model& model, const Plan& plan) {
+  std::set<std::string> tp_dims;
+  for (const PlanStep& step : plan.steps)
+    if (const auto* tp = std::get_if<ParallelizeStep>(&step.body))
+      tp_dims.insert(tp->mesh_dims.begin(), tp->mesh_dims.end());
+  int tp_size = 1;
+  for (const std::string& dim : tp_dims)
+    if (int d = plan.mesh.dim_index(dim); d >= 0) tp_size *= plan.mesh.dim_size(d);
+  Workload workload;
+  workload.samples_per_step = static_cast<double>(plan.batch_size) * plan.world_size / tp_size;
+  workload.tokens_per_sample = static_cast<double>(plan.seq_len > 0 ? plan.seq_len : model.seq_len);
+  return workload;
+}
+
+Analysis analyse(const Program& program, const RunResult& result, const Workload& workload) {
   Analysis analysis;
   analysis.makespan = makespan_of(result);
   analysis.iterations = iteration_stats(program, result, workload);
-  for (std::size_t s = 0; s < result.timings.size(); ++s) {
-    std::vector<int> ranks = s < result.simulated.size() ? result.simulated[s] : std::vector<int>{static_cast<int>(s)};
-    analysis.ranks.push_back(rank_stats(program, result.timings[s], std::move(ranks), analysis.makespan));
-  }
+  for (std::size_t s = 0; s < result.timings.size(); ++s)
+    analysis.ranks.push_back(rank_stats(program, result.timings[s], detail::ranks_of(result, s), analysis.makespan));
   analysis.collectives.reserve(result.collectives.size());
   for (const CollectiveRun& run : result.collectives) analysis.collectives.push_back(collective_stats(program, run));
   analysis.busiest_links = busiest(result.links, 10);
@@ -217,4 +229,19 @@ std::string describe_ranks(const std::vector<int>& ranks, std::size_t max_ranges
   return out;
 }
 
-}  // namespace stratsim::sim
+double busbw_factor(CollectiveKind kind, int p) {
+  if (p < 1) throw std::invalid_argument(fmt::format("a collective needs at least one member, got {}", p));
+  switch (kind) {
+    case CollectiveKind::all_reduce:
+      return 2.0 * (p - 1) / p;
+    case CollectiveKind::all_gather:
+    case CollectiveKind::reduce_scatter:
+    case CollectiveKind::all_to_all:
+      return static_cast<double>(p - 1) / p;
+    case CollectiveKind::broadcast:
+      return 1.0;
+  }
+  return 1.0;
+}
+
+}  // namespace stratsim::core

@@ -1,12 +1,12 @@
-// Timelines of a simulated run: a merged Chrome trace (Perfetto, chrome://tracing, HTA) and the
-// project's own "stratsim.timeline" JSON that the viewer reads. Both are deterministic functions of
-// the program and the result (no wall time, no hashing order).
+// Timelines of a run, simulated or measured: a merged Chrome trace (Perfetto, chrome://tracing,
+// HTA) and the project's own "stratsim.timeline" JSON that the viewer reads. Both are deterministic
+// functions of the program and the result (no wall time, no hashing order).
 //
-// Chrome trace layout: one process per simulated rank (pid = the first rank it stands for), one
+// Chrome trace layout: one process per recorded rank (pid = the first rank it stands for), one
 // thread per stream (tid = stream index + 1, so no stream gets tid 0), "X" slices with ts/dur in
 // microseconds rounded to whole nanoseconds, v1 flow arrows ("s"/"f", cat "dep") for dependencies,
 // and "wait <kind>" slices from a collective's issue to its start.
-#include "stratsim/sim/trace.hpp"
+#include "stratsim/core/trace.hpp"
 
 #include <fmt/format.h>
 
@@ -17,12 +17,15 @@
 #include <unordered_map>
 #include <utility>
 
-#include "stratsim/sim/analysis.hpp"
+#include "run_views.hpp"
+#include "stratsim/core/run_analysis.hpp"
 
-namespace stratsim::sim {
+namespace stratsim::core {
 namespace {
 
 using json = nlohmann::json;
+using detail::is_simulated;
+using detail::ranks_of;
 
 // Timestamps go through integer nanoseconds so that a slice's end and the next slice's start on the
 // same stream print as the same number (no sub-ns overlap from floating-point noise).
@@ -32,36 +35,40 @@ double to_us(std::int64_t ns) { return static_cast<double>(ns) / 1000.0; }
 int tid_of(int stream) { return stream + 1; }
 
 // c10::ScalarType names, as Kineto writes them in the "dtype" arg of collectives.
-std::string_view scalar_type_name(core::DType dtype) {
+std::string_view scalar_type_name(DType dtype) {
   switch (dtype) {
-    case core::DType::float32: return "Float";
-    case core::DType::float16: return "Half";
-    case core::DType::bfloat16: return "BFloat16";
-    case core::DType::float64: return "Double";
-    case core::DType::int32: return "Int";
-    case core::DType::int64: return "Long";
-    case core::DType::int8: return "Char";
-    case core::DType::uint8: return "Byte";
-    case core::DType::bool_: return "Bool";
+    case DType::float32:
+      return "Float";
+    case DType::float16:
+      return "Half";
+    case DType::bfloat16:
+      return "BFloat16";
+    case DType::float64:
+      return "Double";
+    case DType::int32:
+      return "Int";
+    case DType::int64:
+      return "Long";
+    case DType::int8:
+      return "Char";
+    case DType::uint8:
+      return "Byte";
+    case DType::bool_:
+      return "Bool";
   }
   return "Float";
 }
 
-std::vector<int> ranks_of(const SimResult& result, std::size_t s) {
-  if (s < result.simulated.size() && !result.simulated[s].empty()) return result.simulated[s];
-  return {static_cast<int>(s)};
-}
+int pid_of(const RunResult& result, std::size_t s) { return ranks_of(result, s).front(); }
 
-int pid_of(const SimResult& result, std::size_t s) { return ranks_of(result, s).front(); }
-
-std::string process_name(const SimResult& result, std::size_t s) {
+std::string process_name(const RunResult& result, std::size_t s) {
   const std::vector<int> ranks = ranks_of(result, s);
-  if (result.mode == RankMode::representative) return "ranks " + describe_ranks(ranks) + " (representative)";
+  if (result.mode == "representative") return "ranks " + describe_ranks(ranks) + " (representative)";
   if (ranks.size() == 1) return fmt::format("rank {}", ranks.front());
   return "ranks " + describe_ranks(ranks);
 }
 
-bool valid_op(const core::Program& program, const std::vector<OpTiming>& timings, int id) {
+bool valid_op(const Program& program, const std::vector<OpTiming>& timings, int id) {
   return id >= 0 && static_cast<std::size_t>(id) < program.ops.size() && static_cast<std::size_t>(id) < timings.size();
 }
 
@@ -80,7 +87,7 @@ class EventWriter {
   bool first_ = true;
 };
 
-void metadata(EventWriter& w, const core::Program& program, const SimResult& result, std::size_t s) {
+void metadata(EventWriter& w, const Program& program, const RunResult& result, std::size_t s) {
   const int pid = pid_of(result, s);
   w.add(
       {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", process_name(result, s)}}}});
@@ -99,7 +106,7 @@ void metadata(EventWriter& w, const core::Program& program, const SimResult& res
 // Finds the group instance a rank took part in, for the collective's algorithm and group ranks.
 class RunIndex {
  public:
-  explicit RunIndex(const SimResult& result) : result_(result) {
+  explicit RunIndex(const RunResult& result) : result_(result) {
     for (std::size_t i = 0; i < result.collectives.size(); ++i)
       for (int rank : result.collectives[i].ranks) index_.emplace(key(result.collectives[i].op, rank), i);
   }
@@ -112,19 +119,19 @@ class RunIndex {
   static std::uint64_t key(int op, int rank) {
     return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(op)) << 32) | static_cast<std::uint32_t>(rank);
   }
-  const SimResult& result_;
+  const RunResult& result_;
   std::unordered_map<std::uint64_t, std::size_t> index_;
 };
 
-json common_args(const core::ProgramOp& op) {
+json common_args(const ProgramOp& op) {
   return {{"op id", op.id},
           {"iteration", op.iteration},
-          {"phase", core::phase_name(op.phase)},
+          {"phase", phase_name(op.phase)},
           {"module", op.module},
           {"stream", tid_of(op.stream)}};
 }
 
-json compute_args(const core::ProgramOp& op) {
+json compute_args(const ProgramOp& op) {
   json args = common_args(op);
   args["flops"] = op.flops;
   args["bytes"] = op.bytes_accessed;
@@ -132,29 +139,27 @@ json compute_args(const core::ProgramOp& op) {
   return args;
 }
 
-// The Kineto comm args (what record_param_comms and NCCL kernels carry) plus the simulator's own.
-json collective_args(const core::Program& program, const core::ProgramOp& op, const CollectiveRun* run) {
+// The Kineto comm args (what record_param_comms and NCCL kernels carry) plus the run's own.
+json collective_args(const Program& program, const ProgramOp& op, const CollectiveRun* run) {
   json args = common_args(op);
-  const int element = std::max(1, core::dtype_size(op.dtype));
+  const int element = std::max(1, dtype_size(op.dtype));
   const bool has_group = op.group >= 0 && static_cast<std::size_t>(op.group) < program.groups.size();
-  args["Collective name"] = core::collective_kind_name(op.kind);
+  args["Collective name"] = collective_kind_name(op.kind);
   args["In msg nelems"] = op.input_bytes / element;
   args["Out msg nelems"] = op.output_bytes / element;
   args["Group size"] = run ? run->group_size : (has_group ? program.groups[op.group].size : 1);
   args["dtype"] = scalar_type_name(op.dtype);
-  args["Process Group Name"] = has_group ? program.groups[op.group].name : "";
+  args["Process Group Name"] = detail::group_name(program, op);
   args["bytes"] = op.bytes;
   args["reason"] = op.reason;
   if (run) {
-    args["algorithm"] = algorithm_name(run->algorithm);
+    args["algorithm"] = run->algorithm;
     args["instance"] = run->instance;
   }
   return args;
 }
 
-std::string collective_event_name(const core::ProgramOp& op) {
-  return fmt::format("nccl:{}", core::collective_kind_name(op.kind));
-}
+std::string collective_event_name(const ProgramOp& op) { return fmt::format("nccl:{}", collective_kind_name(op.kind)); }
 
 json slice(const std::string& name, const char* cat, int pid, int tid, std::int64_t start, std::int64_t end) {
   return {{"ph", "X"},
@@ -166,14 +171,13 @@ json slice(const std::string& name, const char* cat, int pid, int tid, std::int6
           {"dur", to_us(std::max<std::int64_t>(0, end - start))}};
 }
 
-// Slices of one simulated rank. A collective's wait slice starts no earlier than the previous slice
+// Slices of one recorded rank. A collective's wait slice starts no earlier than the previous slice
 // on its stream ended, so slices on one thread never partially overlap.
-void slices(EventWriter& w, const core::Program& program, const SimResult& result, const RunIndex& runs,
-            std::size_t s) {
+void slices(EventWriter& w, const Program& program, const RunResult& result, const RunIndex& runs, std::size_t s) {
   const std::vector<OpTiming>& timings = result.timings[s];
   const int pid = pid_of(result, s);
   std::vector<std::int64_t> stream_end(program.streams.size(), 0);
-  for (const core::ProgramOp& op : program.ops) {
+  for (const ProgramOp& op : program.ops) {
     if (!valid_op(program, timings, op.id)) continue;
     const OpTiming& t = timings[op.id];
     const int tid = tid_of(op.stream);
@@ -181,7 +185,7 @@ void slices(EventWriter& w, const core::Program& program, const SimResult& resul
     std::int64_t previous_end = 0;
     if (op.stream >= 0 && static_cast<std::size_t>(op.stream) < stream_end.size())
       previous_end = std::exchange(stream_end[op.stream], std::max(stream_end[op.stream], end));
-    if (op.type == core::OpType::compute) {
+    if (op.type == OpType::compute) {
       json event = slice(op.name, "kernel", pid, tid, start, end);
       event["args"] = compute_args(op);
       w.add(event);
@@ -189,7 +193,7 @@ void slices(EventWriter& w, const core::Program& program, const SimResult& resul
     }
     const std::int64_t issue = std::max(to_ns(t.issue), previous_end);
     if (issue < start) {
-      json wait = slice(fmt::format("wait {}", core::collective_kind_name(op.kind)), "wait", pid, tid, issue, start);
+      json wait = slice(fmt::format("wait {}", collective_kind_name(op.kind)), "wait", pid, tid, issue, start);
       wait["args"] = {{"op id", op.id}, {"name", op.name}};
       w.add(wait);
     }
@@ -203,15 +207,14 @@ void slices(EventWriter& w, const core::Program& program, const SimResult& resul
 // v1 flows: "s" 1 ns inside the end of the dependency's slice and "f" (binding to the enclosing
 // slice) 1 ns inside the start of the dependent's, so viewers bind each end to the right slice
 // even where slices touch.
-void flows(EventWriter& w, const core::Program& program, const SimResult& result, std::size_t s,
-           std::int64_t& next_id) {
+void flows(EventWriter& w, const Program& program, const RunResult& result, std::size_t s, std::int64_t& next_id) {
   const std::vector<OpTiming>& timings = result.timings[s];
   const int pid = pid_of(result, s);
-  for (const core::ProgramOp& op : program.ops) {
+  for (const ProgramOp& op : program.ops) {
     if (!valid_op(program, timings, op.id)) continue;
     for (int dep : op.deps) {
       if (!valid_op(program, timings, dep)) continue;
-      const core::ProgramOp& from = program.ops[dep];
+      const ProgramOp& from = program.ops[dep];
       const std::int64_t from_start = to_ns(timings[dep].start), from_end = to_ns(timings[dep].end);
       const std::int64_t to_start = to_ns(timings[op.id].start), to_end = to_ns(timings[op.id].end);
       const std::int64_t id = next_id++;
@@ -234,58 +237,41 @@ void flows(EventWriter& w, const core::Program& program, const SimResult& result
   }
 }
 
-std::string_view mode_name(RankMode mode) {
-  return mode == RankMode::full ? "full" : mode == RankMode::representative ? "representative" : "automatic";
+json timeline_op(const ProgramOp& op, const OpTiming& t) {
+  return {{"op", op.id},
+          {"name", op.name},
+          {"module", op.module},
+          {"stream", op.stream},
+          {"kind", op.type == OpType::compute ? std::string_view("compute") : collective_kind_name(op.kind)},
+          {"iteration", op.iteration},
+          {"phase", phase_name(op.phase)},
+          {"deps", op.deps},
+          {"issue_s", t.issue},
+          {"start_s", t.start},
+          {"end_s", t.end}};
 }
 
-json links_json(const SimResult& result) {
-  json links = json::array();
-  for (const LinkLoad& link : result.links)
-    links.push_back({{"name", link.name},
-                     {"bandwidth_GBps", link.bandwidth / 1e9},
-                     {"bytes", link.bytes},
-                     {"utilisation", link.utilisation}});
-  return links;
-}
-
-json timeline_op(const core::ProgramOp& op, const OpTiming& t) {
-  return {
-      {"op", op.id},
-      {"name", op.name},
-      {"module", op.module},
-      {"stream", op.stream},
-      {"kind", op.type == core::OpType::compute ? std::string_view("compute") : core::collective_kind_name(op.kind)},
-      {"iteration", op.iteration},
-      {"phase", core::phase_name(op.phase)},
-      {"deps", op.deps},
-      {"issue_s", t.issue},
-      {"start_s", t.start},
-      {"end_s", t.end}};
-}
-
-json timeline_collective(const core::Program& program, const CollectiveRun& run) {
+json timeline_collective(const Program& program, const CollectiveRun& run) {
   json out = {{"op", run.op},
               {"instance", run.instance},
-              {"algorithm", algorithm_name(run.algorithm)},
+              {"algorithm", run.algorithm},
               {"bytes", run.bytes},
               {"group_size", run.group_size},
               {"start_s", run.start},
               {"end_s", run.end},
               {"ranks", run.ranks}};
   if (run.op >= 0 && static_cast<std::size_t>(run.op) < program.ops.size()) {
-    const core::ProgramOp& op = program.ops[run.op];
+    const ProgramOp& op = program.ops[run.op];
     out["name"] = op.name;
-    out["kind"] = core::collective_kind_name(op.kind);
-    out["group"] = op.group >= 0 && static_cast<std::size_t>(op.group) < program.groups.size()
-                       ? program.groups[op.group].name
-                       : "";
+    out["kind"] = collective_kind_name(op.kind);
+    out["group"] = detail::group_name(program, op);
   }
   return out;
 }
 
 }  // namespace
 
-std::string chrome_trace(const core::Program& program, const SimResult& result) {
+std::string chrome_trace(const Program& program, const RunResult& result) {
   EventWriter w;
   const RunIndex runs(result);
   for (std::size_t s = 0; s < result.timings.size(); ++s) metadata(w, program, result, s);
@@ -294,10 +280,9 @@ std::string chrome_trace(const core::Program& program, const SimResult& result) 
     slices(w, program, result, runs, s);
     flows(w, program, result, s, next_id);
   }
-  const json other = {{"generator", "stratsim"},
-                      {"platform", result.platform},
-                      {"mode", mode_name(result.mode)},
-                      {"simulated_ranks", result.timings.size()}};
+  json other = {{"generator", "stratsim"}, {"platform", result.platform}, {"mode", result.mode}};
+  if (is_simulated(result)) other["simulated_ranks"] = result.timings.size();
+  else other.update({{"source", result.source}, {"recorded_ranks", result.timings.size()}});
   // Written by hand so that "rank": 0 has the space HTA's regex "rank":\s+(\d+) requires.
   std::string out = fmt::format(
       "{{\"displayTimeUnit\": \"ms\", \"distributedInfo\": {{\"rank\": 0, \"world_size\": {}}}, "
@@ -308,20 +293,20 @@ std::string chrome_trace(const core::Program& program, const SimResult& result) 
   return out;
 }
 
-json timeline_json(const core::Program& program, const SimResult& result) {
+json timeline_json(const Program& program, const RunResult& result) {
   json doc;
   doc["format"] = "stratsim.timeline";
   doc["version"] = 1;
-  doc["source"] = "simulated";
+  doc["source"] = is_simulated(result) ? "simulated" : result.source;
   doc["world_size"] = result.world_size;
   doc["platform"] = result.platform;
-  doc["mode"] = mode_name(result.mode);
+  doc["mode"] = result.mode;
   doc["makespan_s"] = result.makespan;
   doc["streams"] = program.streams;
   json ranks = json::array();
   for (std::size_t s = 0; s < result.timings.size(); ++s) {
     json ops = json::array();
-    for (const core::ProgramOp& op : program.ops)
+    for (const ProgramOp& op : program.ops)
       if (valid_op(program, result.timings[s], op.id)) ops.push_back(timeline_op(op, result.timings[s][op.id]));
     ranks.push_back({{"ranks", ranks_of(result, s)}, {"ops", std::move(ops)}});
   }
@@ -329,9 +314,9 @@ json timeline_json(const core::Program& program, const SimResult& result) {
   json collectives = json::array();
   for (const CollectiveRun& run : result.collectives) collectives.push_back(timeline_collective(program, run));
   doc["collectives"] = std::move(collectives);
-  doc["links"] = links_json(result);
+  doc["links"] = detail::links_json(result.links);
   doc["iteration_end_s"] = result.iteration_end;
   return doc;
 }
 
-}  // namespace stratsim::sim
+}  // namespace stratsim::core

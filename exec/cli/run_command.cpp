@@ -1,0 +1,222 @@
+// stratsim run: execute the plan's program for real, one process per rank.
+//
+// Without RANK/WORLD_SIZE in the environment it is the launcher: it checks the inputs once,
+// then starts --nproc copies of this very command line as ranks (exec/launcher.hpp). With them
+// (set by our launcher, torchrun --no-python, srun or mpirun wrappers) it is one rank: plan,
+// rendezvous, execute, post its record through the store; rank 0 gathers the records and writes
+// the report, trace and timeline in the simulator's formats.
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "command.hpp"
+#include "stratsim/core/errors.hpp"
+#include "stratsim/core/model_io.hpp"
+#include "stratsim/core/plan.hpp"
+#include "stratsim/core/planner.hpp"
+#include "stratsim/core/run_analysis.hpp"
+#include "stratsim/core/trace.hpp"
+#include "stratsim/exec/backend.hpp"
+#include "stratsim/exec/executor.hpp"
+#include "stratsim/exec/launcher.hpp"
+
+namespace stratsim::cli {
+namespace {
+
+using core::InputError;
+
+struct RunArgs {
+  std::string backend = "gloo";
+  int nproc = 0;  // 0: the plan's world size
+  std::string model = "zoo:Net";
+  std::string plan = "builtin:ddp";
+  int iterations = 0;
+  std::string compute = "gemm";
+  double compute_scale = 1.0;
+  double timeout = 30;
+  std::string rendezvous;
+  std::string bind = "127.0.0.1";
+  std::string trace, timeline, output;
+  bool json = false;
+};
+
+struct Planned {
+  core::Model model;
+  core::Plan plan;
+  core::Program program;
+};
+
+Planned plan_run(const RunArgs& args) {
+  Planned planned{core::load_model(args.model), core::load_plan(args.plan), {}};
+  core::PlanOptions options;
+  options.iterations = args.iterations;
+  planned.program = core::plan_training(planned.model, planned.plan, options).program;
+  return planned;
+}
+
+std::chrono::milliseconds timeout_of(const RunArgs& args) {
+  return std::chrono::milliseconds(static_cast<long long>(args.timeout * 1000));
+}
+
+std::optional<int> env_int(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || value < 0 || value > INT_MAX)
+    throw InputError(fmt::format("environment {}={}: expected a non-negative integer", name, text));
+  return static_cast<int>(value);
+}
+
+std::string env_text(const char* name, const std::string& fallback = "") {
+  const char* text = std::getenv(name);
+  return text != nullptr && *text != '\0' ? text : fallback;
+}
+
+// This process's own command line, to start the ranks with exactly the same arguments.
+std::vector<std::string> own_command() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> command;
+  for (std::string arg; std::getline(in, arg, '\0');) command.push_back(arg);
+  char exe[PATH_MAX] = {};
+  const ssize_t length = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (command.empty() || length <= 0) throw InputError("cannot read this process's command line from /proc");
+  command.front() = std::string(exe, static_cast<std::size_t>(length));
+  return command;
+}
+
+std::string host_description(const exec::Backend& backend, const RunArgs& args) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return fmt::format("{} {} ranks on {} ({} hardware threads), TCP via {}", backend.world_size(), backend.name(), host,
+                     std::thread::hardware_concurrency(), args.bind);
+}
+
+void write_outputs(const RunArgs& args, const core::Program& program, const core::RunResult& result,
+                   const core::Workload& workload) {
+  const core::Analysis analysis = core::analyse(program, result, workload);
+  const std::string report = args.json ? core::json_report(program, result, analysis).dump(2) + "\n"
+                                       : core::text_report(program, result, analysis);
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!args.trace.empty()) files.emplace_back(args.trace, core::chrome_trace(program, result));
+  if (!args.timeline.empty()) files.emplace_back(args.timeline, core::timeline_json(program, result).dump() + "\n");
+  if (!args.output.empty()) files.emplace_back(args.output, report);
+  write_all_or_nothing(files);
+  if (args.output.empty()) std::cout << report << std::flush;
+}
+
+int run_rank(const RunArgs& args, int rank, int world_size) {
+  if (args.backend != "gloo")
+    throw InputError(
+        fmt::format("--backend {}: this build has gloo only (NCCL needs CUDA and NCCL at build time)", args.backend));
+  const Planned planned = plan_run(args);
+  if (planned.program.world_size != world_size)
+    throw InputError(fmt::format("rank {}: the plan needs {} ranks but WORLD_SIZE is {}", rank,
+                                 planned.program.world_size, world_size));
+  const std::string spec = args.rendezvous.empty() ? env_text("STRATSIM_RDZV") : args.rendezvous;
+  if (spec.empty())
+    throw InputError(
+        fmt::format("rank {}: no rendezvous: set STRATSIM_RDZV=file:DIR (a directory every rank "
+                    "sees) or redis://HOST[:PORT], or pass --rdzv",
+                    rank));
+  const exec::Rendezvous rendezvous =
+      exec::parse_rendezvous(spec, env_text("STRATSIM_RUN_ID", env_text("TORCHELASTIC_RUN_ID", "default")));
+  exec::ExecOptions options;
+  options.compute = *exec::parse_compute_mode(args.compute);
+  options.compute_scale = args.compute_scale;
+  // Fail fast: the other stream threads may sit in a collective until the timeout, and this
+  // process's exit is what tells the peers (their sockets close) that this rank is gone.
+  options.on_error = [](const std::string& message) {
+    std::cerr << "stratsim run: " << message << std::endl;
+    std::_Exit(1);
+  };
+  try {
+    exec::BackendOptions backend_options;
+    backend_options.timeout = timeout_of(args);
+    backend_options.bind_address = args.bind;
+    auto backend = exec::make_gloo_backend(rendezvous, rank, world_size, backend_options);
+    const exec::RankRecord record = exec::execute(planned.program, *backend, options);
+    backend->publish(fmt::format("record/{}", rank), exec::encode(record));
+    if (rank != 0) return 0;
+    std::vector<exec::RankRecord> records;
+    for (int r = 0; r < world_size; ++r)
+      records.push_back(exec::decode_record(backend->fetch(fmt::format("record/{}", r))));
+    const core::RunResult result =
+        exec::assemble(planned.program, records, backend->name(), host_description(*backend, args));
+    write_outputs(args, planned.program, result, core::workload_of(planned.model, planned.plan));
+    return 0;
+  } catch (const exec::CommError& error) {
+    std::cerr << "stratsim run: " << error.what() << std::endl;
+    std::_Exit(1);
+  }
+}
+
+int run_launcher(const RunArgs& args) {
+  const Planned planned = plan_run(args);  // bad inputs fail once, here, with exit status 2
+  const int nproc = args.nproc > 0 ? args.nproc : planned.program.world_size;
+  if (nproc != planned.program.world_size)
+    throw InputError(
+        fmt::format("--nproc {}: the plan needs {} ranks (its world_size)", nproc, planned.program.world_size));
+  exec::LaunchOptions options;
+  options.nproc = nproc;
+  options.command = own_command();
+  options.timeout = timeout_of(args);
+  options.rendezvous = args.rendezvous;
+  options.run_id = env_text("STRATSIM_RUN_ID");
+  return exec::launch(options);
+}
+
+int run_command(const RunArgs& args) {
+  if (!exec::parse_compute_mode(args.compute))
+    throw InputError(fmt::format("--compute {}: expected gemm, wait or skip", args.compute));
+  const std::optional<int> rank = env_int("RANK"), world = env_int("WORLD_SIZE");
+  if (rank && world) {
+    if (*rank >= *world) throw InputError(fmt::format("RANK={} is not below WORLD_SIZE={}", *rank, *world));
+    return run_rank(args, *rank, *world);
+  }
+  return run_launcher(args);
+}
+
+const Register run_registration("run", [](CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "Execute the plan's program for real: one process per rank over Gloo");
+  cmd->add_option("--backend", args->backend, "gloo (CPU processes over TCP) or nccl (one CUDA GPU per rank)")
+      ->capture_default_str();
+  cmd->add_option("--nproc", args->nproc, "Ranks to start on this host (default: the plan's world size)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--model", args->model, "Model file (JSON/YAML) or zoo:NAME[:key=value,...]")->capture_default_str();
+  cmd->add_option("--plan", args->plan, "Plan file (JSON/YAML) or builtin:NAME")->capture_default_str();
+  cmd->add_option("--iterations", args->iterations, "Training micro-steps (default: the plan's, else 3)")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--compute", args->compute, "gemm (real GEMMs of each op's FLOPs) | wait (calibrated sleep) | skip")
+      ->capture_default_str();
+  cmd->add_option("--compute-scale", args->compute_scale, "Multiply every compute op's FLOPs by this")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--timeout", args->timeout,
+                  "Seconds a rank waits for a peer (rendezvous, collectives) before failing")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--rdzv", args->rendezvous,
+                  "Rendezvous: file:DIR or redis://HOST[:PORT] (default: $STRATSIM_RDZV, or a private directory "
+                  "when this command launches the ranks)");
+  cmd->add_option("--bind", args->bind, "Address this host's ranks listen on for peers")->capture_default_str();
+  cmd->add_flag("--json", args->json, "Write the JSON report instead of text");
+  cmd->add_option("-o,--output", args->output, "Write the report to this file instead of standard output");
+  cmd->add_option("--trace", args->trace, "Write a Chrome-trace JSON timeline (Perfetto, chrome://tracing, HTA)");
+  cmd->add_option("--timeline", args->timeline, "Write the stratsim timeline JSON (the viewer's format)");
+  return Subcommand{cmd, [args] { return run_command(*args); }};
+});
+
+}  // namespace
+}  // namespace stratsim::cli

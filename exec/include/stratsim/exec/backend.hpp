@@ -1,0 +1,71 @@
+// Backends: the library that moves real bytes between rank processes (Gloo over TCP, NCCL on
+// CUDA GPUs), its rendezvous, and the key/value store ranks use to gather results.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "stratsim/exec/communicator.hpp"
+
+namespace stratsim::exec {
+
+// Where ranks meet. Gloo's own stores, no home-made server: a directory every rank can reach
+// (one host, or a cluster's shared file system) or a Redis server across hosts.
+struct Rendezvous {
+  enum class Kind { file, redis };
+  Kind kind = Kind::file;
+  std::string path;  // file: the shared directory
+  std::string host;  // redis
+  int port = 6379;
+  std::string run_id = "default";  // keys are scoped by it, so reruns never see stale keys
+};
+
+// "file:/shared/dir" | "redis://host[:port]" | "redis:host[:port]". Throws core::InputError.
+Rendezvous parse_rendezvous(const std::string& spec, const std::string& run_id);
+std::string describe(const Rendezvous& rendezvous);
+
+struct BackendOptions {
+  std::chrono::milliseconds timeout{std::chrono::seconds(30)};  // rendezvous, every collective, the store
+  std::string bind_address = "127.0.0.1";                       // where this rank listens for peers
+};
+
+// What one program stream computes with and where its buffers live: host memory and Eigen
+// GEMMs for Gloo; device memory and cuBLAS on the rank's GPU for NCCL. Used by one thread.
+class StreamResources {
+ public:
+  virtual ~StreamResources() = default;
+  // Scratch buffer `slot` (0: collective input, 1: collective output) of at least `bytes`;
+  // grows as needed, keeps its contents otherwise.
+  virtual std::span<std::byte> buffer(int slot, std::size_t bytes) = 0;
+  // Real work of `flops` floating-point operations, done when it returns.
+  virtual void compute(double flops) = 0;
+  // Sustained FLOP/s of compute(), measured: what the calibrated wait sleeps by.
+  virtual double calibrate() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "gloo", "nccl"
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // A communicator over `members` (global ranks in group order, this rank among them). Every
+  // member calls it with the same `key`; a rank creates its communicators in one fixed order.
+  virtual std::unique_ptr<Communicator> communicator(const std::string& key, const std::vector<int>& members) = 0;
+  virtual std::unique_ptr<StreamResources> stream_resources() = 0;
+  virtual void barrier() = 0;  // every rank of the world
+  // The rendezvous store, for gathering results: fetch waits up to the timeout for the key.
+  virtual void publish(const std::string& key, const std::string& value) = 0;
+  virtual std::string fetch(const std::string& key) = 0;
+};
+
+// Connects this rank to the world through the rendezvous. Throws CommError when peers do not
+// show up within the timeout.
+std::unique_ptr<Backend> make_gloo_backend(const Rendezvous& rendezvous, int rank, int world_size,
+                                           const BackendOptions& options);
+
+}  // namespace stratsim::exec

@@ -1,0 +1,205 @@
+// Runs one rank's program: stream threads, dependencies, real collectives, real compute.
+#include "stratsim/exec/executor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "stratsim/core/errors.hpp"
+
+namespace stratsim::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using core::OpType;
+using core::Program;
+using core::ProgramOp;
+
+double seconds_since(Clock::time_point origin) { return std::chrono::duration<double>(Clock::now() - origin).count(); }
+
+// Which group instance, on which stream: one communicator each.
+using CommKey = std::tuple<int, int, int>;  // group, instance, stream
+
+class RankExecutor {
+ public:
+  RankExecutor(const Program& program, Backend& backend, const ExecOptions& options)
+      : program_(program), backend_(backend), options_(options), done_(program.ops.size(), 0) {
+    record_.rank = backend.rank();
+    record_.timings.assign(program.ops.size(), core::OpTiming{});
+    record_.algorithms.assign(program.ops.size(), "");
+  }
+
+  RankRecord run() {
+    connect_communicators();
+    record_.gemm_flops_per_second = backend_.stream_resources()->calibrate();
+    backend_.barrier();
+    origin_ = Clock::now();
+    std::vector<std::thread> threads;
+    for (int stream = 0; stream < static_cast<int>(program_.streams.size()); ++stream)
+      threads.emplace_back([this, stream] { run_stream(stream); });
+    for (std::thread& thread : threads) thread.join();
+    if (!error_.empty()) throw CommError(error_);
+    record_.wall_seconds = seconds_since(origin_);
+    backend_.barrier();
+    return std::move(record_);
+  }
+
+ private:
+  // Before the clock starts, in program order (the same on every member, so rendezvous pair up).
+  void connect_communicators() {
+    const int rank = backend_.rank();
+    for (const ProgramOp& op : program_.ops) {
+      if (op.type != OpType::collective) continue;
+      const auto& dims = program_.groups[op.group].mesh_dims;
+      const CommKey key{op.group, program_.mesh.group_index(rank, dims), op.stream};
+      if (communicators_.count(key)) continue;
+      const std::string name = fmt::format("g{}.i{}.{}", op.group, std::get<1>(key), program_.streams[op.stream]);
+      communicators_.emplace(key, backend_.communicator(name, program_.mesh.group_ranks(rank, dims)));
+    }
+  }
+
+  void run_stream(int stream) {
+    try {
+      const std::unique_ptr<StreamResources> resources = backend_.stream_resources();
+      for (const ProgramOp& op : program_.ops) {
+        if (op.stream != stream) continue;
+        if (!wait_for_dependencies(op)) return;
+        core::OpTiming& timing = record_.timings[op.id];
+        timing.issue = timing.start = seconds_since(origin_);
+        if (op.type == OpType::compute) compute(*resources, op);
+        else collective(*resources, op);
+        timing.end = seconds_since(origin_);
+        finish(op);
+      }
+    } catch (const std::exception& error) {
+      fail(fmt::format("rank {}: {}", backend_.rank(), error.what()));
+    }
+  }
+
+  bool wait_for_dependencies(const ProgramOp& op) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] {
+      return !error_.empty() || std::all_of(op.deps.begin(), op.deps.end(), [&](int dep) { return done_[dep] != 0; });
+    });
+    return error_.empty();
+  }
+
+  void finish(const ProgramOp& op) {
+    {
+      std::lock_guard lock(mutex_);
+      done_[op.id] = 1;
+    }
+    changed_.notify_all();
+  }
+
+  void fail(const std::string& message) {
+    {
+      std::lock_guard lock(mutex_);
+      if (!error_.empty()) return;
+      error_ = message;
+    }
+    changed_.notify_all();
+    if (options_.on_error) options_.on_error(message);
+  }
+
+  void compute(StreamResources& resources, const ProgramOp& op) {
+    const double flops = op.flops * options_.compute_scale;
+    switch (options_.compute) {
+      case ComputeMode::gemm:
+        resources.compute(flops);
+        break;
+      case ComputeMode::wait:
+        std::this_thread::sleep_for(std::chrono::duration<double>(flops / record_.gemm_flops_per_second));
+        break;
+      case ComputeMode::skip:
+        break;
+    }
+  }
+
+  void collective(StreamResources& resources, const ProgramOp& op) {
+    const auto& dims = program_.groups[op.group].mesh_dims;
+    Communicator& comm = *communicators_.at({op.group, program_.mesh.group_index(backend_.rank(), dims), op.stream});
+    CollectiveCall call;
+    call.kind = op.kind;
+    call.dtype = op.dtype;
+    call.output = resources.buffer(1, static_cast<std::size_t>(op.output_bytes));
+    call.tag = static_cast<std::uint32_t>(op.id);
+    const bool in_place = op.kind == core::CollectiveKind::all_reduce || op.kind == core::CollectiveKind::broadcast;
+    call.input = in_place ? call.output : resources.buffer(0, static_cast<std::size_t>(op.input_bytes));
+    comm.run(call);
+    record_.algorithms[op.id] = comm.algorithm(op.kind);
+  }
+
+  const Program& program_;
+  Backend& backend_;
+  const ExecOptions& options_;
+  RankRecord record_;
+  std::map<CommKey, std::unique_ptr<Communicator>> communicators_;
+  Clock::time_point origin_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<char> done_;
+  std::string error_;
+};
+
+}  // namespace
+
+std::optional<ComputeMode> parse_compute_mode(std::string_view text) {
+  if (text == "gemm") return ComputeMode::gemm;
+  if (text == "wait") return ComputeMode::wait;
+  if (text == "skip") return ComputeMode::skip;
+  return std::nullopt;
+}
+
+std::string_view compute_mode_name(ComputeMode mode) {
+  switch (mode) {
+    case ComputeMode::gemm:
+      return "gemm";
+    case ComputeMode::wait:
+      return "wait";
+    case ComputeMode::skip:
+      return "skip";
+  }
+  return "?";
+}
+
+RankRecord execute(const Program& program, Backend& backend, const ExecOptions& options) {
+  if (backend.world_size() != program.world_size)
+    throw core::InputError(
+        fmt::format("the plan needs {} ranks but the backend has {}", program.world_size, backend.world_size()));
+  return RankExecutor(program, backend, options).run();
+}
+
+std::string encode(const RankRecord& record) {
+  nlohmann::json doc;
+  doc["rank"] = record.rank;
+  doc["gemm_flops_per_second"] = record.gemm_flops_per_second;
+  doc["wall_seconds"] = record.wall_seconds;
+  nlohmann::json timings = nlohmann::json::array();
+  for (const core::OpTiming& t : record.timings) timings.push_back({t.issue, t.start, t.end});
+  doc["timings"] = std::move(timings);
+  doc["algorithms"] = record.algorithms;
+  return doc.dump();
+}
+
+RankRecord decode_record(const std::string& text) {
+  const nlohmann::json doc = nlohmann::json::parse(text);
+  RankRecord record;
+  record.rank = doc.at("rank").get<int>();
+  record.gemm_flops_per_second = doc.at("gemm_flops_per_second").get<double>();
+  record.wall_seconds = doc.at("wall_seconds").get<double>();
+  for (const auto& t : doc.at("timings"))
+    record.timings.push_back({t.at(0).get<double>(), t.at(1).get<double>(), t.at(2).get<double>()});
+  record.algorithms = doc.at("algorithms").get<std::vector<std::string>>();
+  return record;
+}
+
+}  // namespace stratsim::exec

@@ -1,0 +1,244 @@
+// `stratsim run` through the real binary: a Gloo run of the seed DDP plan writes the simulator's
+// formats; bad input fails once with status 2; a killed rank, a hung rank and ctrl-C each end the
+// run within the timeout with a message naming the rank and no process left behind; ranks started
+// by hand (as torchrun would) meet through Redis.
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../cli_support.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using stratsim::test::run_cli;
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("stratsim_exec_cli_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A process started with fork/exec: its stdout and stderr go to files so the test can read them
+// after it exits; `env` entries are added to the environment.
+struct Process {
+  pid_t pid = -1;
+  std::string out_path, err_path;
+
+  static Process start(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+                       const std::string& name = "p") {
+    Process p;
+    p.out_path = temp_path(name + ".out");
+    p.err_path = temp_path(name + ".err");
+    p.pid = ::fork();
+    if (p.pid == 0) {
+      std::freopen(p.out_path.c_str(), "w", stdout);
+      std::freopen(p.err_path.c_str(), "w", stderr);
+      for (const std::string& entry : env) ::putenv(const_cast<char*>(entry.c_str()));
+      std::vector<char*> argv;
+      for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    return p;
+  }
+
+  // Exit status, or -1 when it did not end within `limit` (it is then killed).
+  int wait(std::chrono::seconds limit) {
+    const auto deadline = Clock::now() + limit;
+    int status = 0;
+    while (Clock::now() < deadline) {
+      if (::waitpid(pid, &status, WNOHANG) == pid)
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return -1;
+  }
+
+  std::string out() const { return read(out_path); }
+  std::string err() const { return read(err_path); }
+  ~Process() {
+    std::filesystem::remove(out_path);
+    std::filesystem::remove(err_path);
+  }
+};
+
+std::vector<pid_t> children_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> children;
+  for (pid_t child; in >> child;) children.push_back(child);
+  return children;
+}
+
+bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+// Waits until `pid` has `count` children (the ranks) and returns them.
+std::vector<pid_t> wait_for_ranks(pid_t pid, std::size_t count) {
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < deadline) {
+    const auto children = children_of(pid);
+    if (children.size() == count) return children;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return {};
+}
+
+// A run long enough to interfere with: 3 ranks, many iterations of the seed model whose compute
+// is a calibrated wait.
+std::vector<std::string> long_run(const std::string& plan_path, const std::string& timeout) {
+  std::ofstream(plan_path) << R"({"world_size": 3, "batch_size": 1, "steps": [{"replicate": {"module": ""}}]})";
+  return {STRATSIM_BINARY, "run",       "--model", "zoo:Net",         "--plan", plan_path,   "--iterations",
+          "1000",          "--compute", "wait",    "--compute-scale", "10",     "--timeout", timeout};
+}
+
+// Ranks are gone once the launcher returned: it reaps them all.
+void expect_reaped(const std::vector<pid_t>& ranks) {
+  for (pid_t rank : ranks) EXPECT_FALSE(alive(rank)) << "rank process " << rank << " left behind";
+}
+
+}  // namespace
+
+TEST(RunCli, GlooRunOfTheSeedDdpPlanWritesTheSimulatorsFormats) {
+  const std::string report = temp_path("report.json"), trace = temp_path("trace.json"), timeline = temp_path("tl.json");
+  const auto r = run_cli("run --backend gloo --nproc 2 --model zoo:Net --plan builtin:ddp --compute wait --json -o " +
+                         report + " --trace " + trace + " --timeline " + timeline);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto doc = nlohmann::json::parse(read(report));
+  EXPECT_EQ(doc["mode"], "measured");
+  EXPECT_EQ(doc["world_size"], 2);
+  EXPECT_EQ(doc["iterations"].size(), 3u);
+  ASSERT_FALSE(doc["collectives"].empty());
+  for (const auto& c : doc["collectives"]) EXPECT_GE(c["duration_s"].get<double>(), 0.0);
+  EXPECT_FALSE(nlohmann::json::parse(read(trace))["traceEvents"].empty());
+  EXPECT_EQ(nlohmann::json::parse(read(timeline))["format"], "stratsim.timeline");
+  for (const auto& path : {report, trace, timeline}) std::filesystem::remove(path);
+}
+
+// The issue's comparison: the simulator's prediction for the CPU host against a Gloo run.
+TEST(RunCli, CompareLinesUpTheSimulationWithTheMeasuredRun) {
+  const std::string sim = temp_path("sim.json"), real = temp_path("real.json");
+  ASSERT_EQ(run_cli("simulate --quiet --model zoo:Net --plan builtin:ddp --platform cpu:procs=2 --json -o " + sim).code,
+            0);
+  ASSERT_EQ(run_cli("run --model zoo:Net --plan builtin:ddp --compute wait --json -o " + real).code, 0);
+  const auto r = run_cli("compare " + sim + " " + real + " --json", true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["steps"].size(), 3u);
+  EXPECT_EQ(doc["collectives"].size(), 12u);  // every collective op of the seed DDP program, matched
+  for (const auto& step : doc["steps"]) EXPECT_GT(step["measured_s"].get<double>(), 0);
+  for (const auto& path : {sim, real}) std::filesystem::remove(path);
+}
+
+TEST(RunCli, BadInputFailsOnceWithStatus2) {
+  auto r = run_cli("run --nproc 3 --model zoo:Net --plan builtin:ddp");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("the plan needs 2 ranks"), std::string::npos) << r.out;
+  r = run_cli("run --compute fast");
+  EXPECT_EQ(r.code, 2) << r.out;
+  r = run_cli("run --rdzv tcp://x:1");
+  EXPECT_EQ(r.code, 2) << r.out;
+}
+
+TEST(RunCli, AKilledRankFailsTheRunNamingIt) {
+  const std::string plan = temp_path("kill_plan.json");
+  Process launcher = Process::start(long_run(plan, "5"), {}, "kill");
+  const std::vector<pid_t> ranks = wait_for_ranks(launcher.pid, 3);
+  ASSERT_EQ(ranks.size(), 3u);
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // well into the training loop
+  ::kill(ranks[1], SIGKILL);
+  const auto killed_at = Clock::now();
+  EXPECT_EQ(launcher.wait(std::chrono::seconds(30)), 1) << launcher.err();
+  EXPECT_LT(Clock::now() - killed_at, std::chrono::seconds(12)) << "timeout 5 s";
+  const std::string err = launcher.err();
+  EXPECT_NE(err.find("failed: rank 1 (pid " + std::to_string(ranks[1]) + ") was killed by signal 9"), std::string::npos)
+      << err;
+  expect_reaped(ranks);
+  std::filesystem::remove(plan);
+}
+
+TEST(RunCli, AHungRankIsNamedAndKilledAfterTheTimeout) {
+  const std::string plan = temp_path("hang_plan.json");
+  Process launcher = Process::start(long_run(plan, "2"), {}, "hang");
+  const std::vector<pid_t> ranks = wait_for_ranks(launcher.pid, 3);
+  ASSERT_EQ(ranks.size(), 3u);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  ::kill(ranks[2], SIGSTOP);
+  EXPECT_EQ(launcher.wait(std::chrono::seconds(30)), 1) << launcher.err();
+  const std::string err = launcher.err();
+  EXPECT_NE(err.find("failed: rank 2 (pid " + std::to_string(ranks[2]) + ") hung"), std::string::npos) << err;
+  EXPECT_NE(err.find("Timed out"), std::string::npos) << "the live ranks should report their timeout: " << err;
+  expect_reaped(ranks);
+  std::filesystem::remove(plan);
+}
+
+TEST(RunCli, CtrlCStopsEveryRank) {
+  const std::string plan = temp_path("int_plan.json");
+  Process launcher = Process::start(long_run(plan, "30"), {}, "int");
+  const std::vector<pid_t> ranks = wait_for_ranks(launcher.pid, 3);
+  ASSERT_EQ(ranks.size(), 3u);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  ::kill(launcher.pid, SIGINT);
+  EXPECT_EQ(launcher.wait(std::chrono::seconds(15)), 130) << launcher.err();
+  EXPECT_NE(launcher.err().find("interrupted"), std::string::npos) << launcher.err();
+  expect_reaped(ranks);
+  std::filesystem::remove(plan);
+}
+
+// torchrun-style: each rank is started by hand with RANK/WORLD_SIZE and meets the others through
+// a Redis server (started here on a free loopback port).
+TEST(RunCli, RanksStartedByHandMeetThroughRedis) {
+  if (std::system("command -v redis-server >/dev/null 2>&1") != 0) GTEST_SKIP() << "redis-server is not installed";
+  int port = 0;
+  {
+    const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(probe, reinterpret_cast<sockaddr*>(&address), sizeof address);
+    socklen_t length = sizeof address;
+    ::getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
+    port = ntohs(address.sin_port);
+    ::close(probe);
+  }
+  Process redis = Process::start({"/usr/bin/redis-server", "--port", std::to_string(port), "--bind", "127.0.0.1",
+                                  "--save", "", "--appendonly", "no"},
+                                 {}, "redis");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const std::string rdzv = "STRATSIM_RDZV=redis://127.0.0.1:" + std::to_string(port);
+  const std::string run_id = "STRATSIM_RUN_ID=redis-test-" + std::to_string(::getpid());
+  const std::vector<std::string> args = {STRATSIM_BINARY, "run",       "--model", "zoo:Net", "--plan",
+                                         "builtin:ddp",   "--compute", "skip",    "--json"};
+  Process rank0 = Process::start(args, {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", rdzv, run_id}, "r0");
+  Process rank1 = Process::start(args, {"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=0", rdzv, run_id}, "r1");
+  const int code0 = rank0.wait(std::chrono::seconds(60)), code1 = rank1.wait(std::chrono::seconds(60));
+  ::kill(redis.pid, SIGTERM);
+  redis.wait(std::chrono::seconds(10));
+  ASSERT_EQ(code0, 0) << rank0.err();
+  ASSERT_EQ(code1, 0) << rank1.err();
+  EXPECT_TRUE(rank1.out().empty()) << "only rank 0 writes the report";
+  const auto doc = nlohmann::json::parse(rank0.out());
+  EXPECT_EQ(doc["mode"], "measured");
+  EXPECT_EQ(doc["world_size"], 2);
+}
