@@ -98,6 +98,7 @@ std::vector<std::string> own_command() {
 std::string host_description(const exec::Backend& backend, const RunArgs& args) {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
+  if (backend.name() == "nccl") return fmt::format("{} nccl ranks on {} (one GPU each)", backend.world_size(), host);
   return fmt::format("{} {} ranks on {} ({} hardware threads), TCP via {}", backend.world_size(), backend.name(), host,
                      std::thread::hardware_concurrency(), args.bind);
 }
@@ -115,10 +116,24 @@ void write_outputs(const RunArgs& args, const core::Program& program, const core
   if (args.output.empty()) std::cout << report << std::flush;
 }
 
+std::unique_ptr<exec::Backend> make_backend(const RunArgs& args, const exec::Rendezvous& rendezvous, int rank,
+                                            int world_size) {
+  exec::BackendOptions options;
+  options.timeout = timeout_of(args);
+  options.bind_address = args.bind;
+  if (args.backend == "nccl")
+    return exec::make_nccl_backend(rendezvous, rank, world_size, env_int("LOCAL_RANK").value_or(0), options);
+  return exec::make_gloo_backend(rendezvous, rank, world_size, options);
+}
+
+void check_backend(const RunArgs& args) {
+  if (args.backend != "gloo" && args.backend != "nccl")
+    throw InputError(fmt::format("--backend {}: expected gloo or nccl", args.backend));
+  if (args.backend == "nccl" && !exec::nccl_available())
+    throw InputError("--backend nccl: this stratsim was built without CUDA and NCCL; use --backend gloo");
+}
+
 int run_rank(const RunArgs& args, int rank, int world_size) {
-  if (args.backend != "gloo")
-    throw InputError(
-        fmt::format("--backend {}: this build has gloo only (NCCL needs CUDA and NCCL at build time)", args.backend));
   const Planned planned = plan_run(args);
   if (planned.program.world_size != world_size)
     throw InputError(fmt::format("rank {}: the plan needs {} ranks but WORLD_SIZE is {}", rank,
@@ -137,14 +152,11 @@ int run_rank(const RunArgs& args, int rank, int world_size) {
   // Fail fast: the other stream threads may sit in a collective until the timeout, and this
   // process's exit is what tells the peers (their sockets close) that this rank is gone.
   options.on_error = [](const std::string& message) {
-    std::cerr << "stratsim run: " << message << std::endl;
+    std::cerr << ("stratsim run: " + message + "\n") << std::flush;  // one write: ranks share stderr
     std::_Exit(1);
   };
   try {
-    exec::BackendOptions backend_options;
-    backend_options.timeout = timeout_of(args);
-    backend_options.bind_address = args.bind;
-    auto backend = exec::make_gloo_backend(rendezvous, rank, world_size, backend_options);
+    auto backend = make_backend(args, rendezvous, rank, world_size);
     const exec::RankRecord record = exec::execute(planned.program, *backend, options);
     backend->publish(fmt::format("record/{}", rank), exec::encode(record));
     if (rank != 0) return 0;
@@ -156,7 +168,7 @@ int run_rank(const RunArgs& args, int rank, int world_size) {
     write_outputs(args, planned.program, result, core::workload_of(planned.model, planned.plan));
     return 0;
   } catch (const exec::CommError& error) {
-    std::cerr << "stratsim run: " << error.what() << std::endl;
+    std::cerr << ("stratsim run: " + std::string(error.what()) + "\n") << std::flush;
     std::_Exit(1);
   }
 }
@@ -167,6 +179,14 @@ int run_launcher(const RunArgs& args) {
   if (nproc != planned.program.world_size)
     throw InputError(
         fmt::format("--nproc {}: the plan needs {} ranks (its world_size)", nproc, planned.program.world_size));
+  if (args.backend == "nccl") {
+    // One GPU per rank: refuse before starting anything, not in every rank.
+    std::string why;
+    const int gpus = exec::visible_gpus(why);
+    if (gpus == 0) throw InputError(fmt::format("--backend nccl: no usable CUDA GPU on this host ({})", why));
+    if (nproc > gpus)
+      throw InputError(fmt::format("--nproc {}: this host has {} GPU(s) and NCCL runs one rank per GPU", nproc, gpus));
+  }
   exec::LaunchOptions options;
   options.nproc = nproc;
   options.command = own_command();
@@ -177,6 +197,7 @@ int run_launcher(const RunArgs& args) {
 }
 
 int run_command(const RunArgs& args) {
+  check_backend(args);
   if (!exec::parse_compute_mode(args.compute))
     throw InputError(fmt::format("--compute {}: expected gemm, wait or skip", args.compute));
   const std::optional<int> rank = env_int("RANK"), world = env_int("WORLD_SIZE");
@@ -189,7 +210,8 @@ int run_command(const RunArgs& args) {
 
 const Register run_registration("run", [](CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
-  CLI::App* cmd = app.add_subcommand("run", "Execute the plan's program for real: one process per rank over Gloo");
+  CLI::App* cmd =
+      app.add_subcommand("run", "Execute the plan's program for real: one process per rank (Gloo, or NCCL on GPUs)");
   cmd->add_option("--backend", args->backend, "gloo (CPU processes over TCP) or nccl (one CUDA GPU per rank)")
       ->capture_default_str();
   cmd->add_option("--nproc", args->nproc, "Ranks to start on this host (default: the plan's world size)")

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../cli_support.hpp"
+#include "stratsim/exec/backend.hpp"
 
 namespace {
 
@@ -159,6 +160,28 @@ TEST(RunCli, BadInputFailsOnceWithStatus2) {
   EXPECT_EQ(r.code, 2) << r.out;
   r = run_cli("run --rdzv tcp://x:1");
   EXPECT_EQ(r.code, 2) << r.out;
+}
+
+// NCCL: one rank per GPU. Without a usable GPU (CI) the launcher refuses before starting ranks;
+// with one (the device machine) a one-rank run completes and reports NCCL's collectives.
+TEST(RunCli, NcclNeedsOneGpuPerRank) {
+  std::string why;
+  const int gpus = stratsim::exec::visible_gpus(why);
+  if (gpus == 0) {
+    const auto r = run_cli("run --backend nccl --model zoo:Net --plan builtin:ddp");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_TRUE(r.out.find("no usable CUDA GPU") != std::string::npos ||
+                r.out.find("built without CUDA") != std::string::npos)
+        << r.out;
+    return;
+  }
+  const std::string plan = temp_path("one_rank.json");
+  std::ofstream(plan) << R"({"world_size": 1, "batch_size": 1, "steps": [{"replicate": {"module": ""}}]})";
+  const auto r = run_cli("run --backend nccl --nproc 1 --model zoo:Net --plan " + plan + " --json", true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto doc = nlohmann::json::parse(r.out);
+  EXPECT_NE(doc["platform"].get<std::string>().find("nccl"), std::string::npos);
+  std::filesystem::remove(plan);
 }
 
 TEST(RunCli, AKilledRankFailsTheRunNamingIt) {

@@ -55,9 +55,10 @@ std::string run_ranks(int world, const std::function<void(int, exec::Backend&)>&
       }
     });
   for (std::thread& thread : threads) thread.join();
-  for (const std::string& error : errors)
-    if (!error.empty()) return error;
-  return "";
+  std::string all;
+  for (int rank = 0; rank < world; ++rank)
+    if (!errors[rank].empty()) all += (all.empty() ? "" : "; ") + errors[rank];
+  return all;
 }
 
 std::span<std::byte> bytes(std::vector<float>& values) { return std::as_writable_bytes(std::span(values)); }

@@ -68,4 +68,15 @@ class Backend {
 std::unique_ptr<Backend> make_gloo_backend(const Rendezvous& rendezvous, int rank, int world_size,
                                            const BackendOptions& options);
 
+// True when this build has the NCCL backend (CUDA toolkit and NCCL found at configure time).
+bool nccl_available();
+// CUDA devices this process sees; 0 with the reason in `why` when there are none or CUDA fails
+// (no driver, driver too old, built without CUDA).
+int visible_gpus(std::string& why);
+// One CUDA GPU per rank (GPU `local_rank` of this host), NCCL communicators whose unique ids
+// travel through the rendezvous store, cuBLAS compute. Throws core::InputError when the build has
+// no NCCL, the host has too few GPUs, or two ranks map to one GPU; CommError as the Gloo backend.
+std::unique_ptr<Backend> make_nccl_backend(const Rendezvous& rendezvous, int rank, int world_size, int local_rank,
+                                           const BackendOptions& options);
+
 }  // namespace stratsim::exec

@@ -1,0 +1,361 @@
+// The NCCL backend: one CUDA GPU per rank, one NCCL communicator per group instance and program
+// stream, the ncclUniqueId carried by the same rendezvous store as Gloo's (a Gloo world underneath
+// serves the store and the barriers), compute as cuBLAS SGEMMs on the rank's GPU.
+//
+// Why each choice:
+//   * Ranks map to GPUs by LOCAL_RANK; before any NCCL call every rank publishes its host and GPU
+//     PCI bus id, so two ranks on one GPU fail at once with a message naming both, rather than
+//     NCCL's "Duplicate GPU detected" (or a hang) deep inside init.
+//   * Communicators are created non-blocking and every wait polls with the timeout: a dead or
+//     hung peer makes this rank abort the communicator (ncclCommAbort) and fail, never hang.
+//   * Every op synchronises its CUDA stream before returning, so the executor's per-op timings
+//     are completion times; overlap comes from the program's streams running as threads, each
+//     with its own CUDA streams.
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "stratsim/core/errors.hpp"
+#include "stratsim/exec/backend.hpp"
+
+#if STRATSIM_HAVE_NCCL
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace stratsim::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check(cudaError_t status, const std::string& what) {
+  if (status != cudaSuccess) throw CommError(fmt::format("{}: CUDA error: {}", what, cudaGetErrorString(status)));
+}
+
+void check(ncclResult_t status, const std::string& what) {
+  if (status != ncclSuccess && status != ncclInProgress)
+    throw CommError(fmt::format("{}: NCCL error: {}", what, ncclGetErrorString(status)));
+}
+
+void check(cublasStatus_t status, const std::string& what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw CommError(fmt::format("{}: cuBLAS error {}", what, static_cast<int>(status)));
+}
+
+ncclDataType_t nccl_type(core::DType dtype) {
+  switch (dtype) {
+    case core::DType::float32:
+      return ncclFloat32;
+    case core::DType::float16:
+      return ncclFloat16;
+    case core::DType::bfloat16:
+      return ncclBfloat16;
+    case core::DType::float64:
+      return ncclFloat64;
+    case core::DType::int32:
+      return ncclInt32;
+    case core::DType::int64:
+      return ncclInt64;
+    case core::DType::int8:
+      return ncclInt8;
+    case core::DType::uint8:
+    case core::DType::bool_:
+      return ncclUint8;
+  }
+  return ncclUint8;
+}
+
+// Waits for `stream` while watching the communicator: a remote failure or the timeout aborts it.
+void wait_for(cudaStream_t stream, ncclComm_t comm, std::chrono::milliseconds timeout, const std::string& what) {
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    const cudaError_t state = cudaStreamQuery(stream);
+    if (state == cudaSuccess) return;
+    if (state != cudaErrorNotReady) check(state, what);
+    ncclResult_t async = ncclSuccess;
+    if (comm != nullptr) ncclCommGetAsyncError(comm, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      ncclCommAbort(comm);
+      check(async, what);
+    }
+    if (Clock::now() > deadline) {
+      if (comm != nullptr) ncclCommAbort(comm);
+      throw CommError(fmt::format("{}: timed out after {} ms (a peer died or hung)", what, timeout.count()));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+class DeviceResources : public StreamResources {
+ public:
+  static constexpr int kBlock = 2048;  // SGEMM block: large enough to run near the GPU's rate
+  static constexpr double kBlockFlops = 2.0 * kBlock * kBlock * kBlock;
+
+  explicit DeviceResources(int device) : device_(device) {
+    check(cudaSetDevice(device), "selecting the GPU");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a CUDA stream");
+    check(cublasCreate(&blas_), "creating a cuBLAS handle");
+    check(cublasSetStream(blas_, stream_), "binding cuBLAS to the stream");
+  }
+  ~DeviceResources() override {
+    for (auto& [pointer, size] : buffers_)
+      if (pointer != nullptr) cudaFree(pointer);
+    if (matrices_ != nullptr) cudaFree(matrices_);
+    cublasDestroy(blas_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::span<std::byte> buffer(int slot, std::size_t bytes) override {
+    auto& [pointer, size] = buffers_.at(slot);
+    if (size < bytes) {
+      if (pointer != nullptr) cudaFree(pointer);
+      pointer = nullptr;
+      check(cudaMalloc(&pointer, bytes), fmt::format("allocating {} bytes on GPU {}", bytes, device_));
+      size = bytes;
+    }
+    return {static_cast<std::byte*>(pointer), bytes};
+  }
+
+  void compute(double flops) override {
+    const auto blocks = static_cast<long long>(std::max(0.0, flops / kBlockFlops));
+    for (long long i = 0; i < blocks; ++i) gemm(kBlock);
+    const int n = static_cast<int>(std::cbrt(std::max(0.0, flops - static_cast<double>(blocks) * kBlockFlops) / 2.0));
+    if (n > 0) gemm(n);
+    check(cudaStreamSynchronize(stream_), "compute");
+  }
+
+  double calibrate() override {
+    gemm(kBlock);  // warm-up: cuBLAS picks its kernel on first use
+    cudaEvent_t start, stop;
+    check(cudaEventCreate(&start), "calibration");
+    check(cudaEventCreate(&stop), "calibration");
+    cudaEventRecord(start, stream_);
+    for (int i = 0; i < 5; ++i) gemm(kBlock);
+    cudaEventRecord(stop, stream_);
+    check(cudaEventSynchronize(stop), "calibration");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return 5 * kBlockFlops / std::max(1e-9, ms / 1e3);
+  }
+
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  void gemm(int n) {
+    if (matrices_ == nullptr)
+      check(cudaMalloc(&matrices_, 3ull * kBlock * kBlock * sizeof(float)), "allocating GEMM blocks");
+    const float one = 1, zero = 0;
+    float* a = matrices_;
+    float* b = a + kBlock * kBlock;
+    float* c = b + kBlock * kBlock;
+    check(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, kBlock, b, kBlock, &zero, c, kBlock), "SGEMM");
+  }
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  float* matrices_ = nullptr;
+  std::array<std::pair<void*, std::size_t>, 2> buffers_{};
+};
+
+class NcclCommunicator : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int rank, int size, std::string key, std::chrono::milliseconds timeout)
+      : comm_(comm), rank_(rank), size_(size), key_(std::move(key)), timeout_(timeout) {
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a CUDA stream");
+  }
+  ~NcclCommunicator() override {
+    ncclCommDestroy(comm_);
+    cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string algorithm(core::CollectiveKind) const override { return "nccl"; }
+
+  void run(const CollectiveCall& call) override {
+    const std::string what =
+        fmt::format("{} on group {} (rank {} of {})", core::collective_kind_name(call.kind), key_, rank_, size_);
+    const ncclDataType_t type = nccl_type(call.dtype);
+    const std::size_t element = static_cast<std::size_t>(core::dtype_size(call.dtype));
+    void* in = call.input.data();
+    void* out = call.output.data();
+    switch (call.kind) {
+      case core::CollectiveKind::all_reduce:
+        check(ncclAllReduce(in, out, call.output.size() / element, type, ncclSum, comm_, stream_), what);
+        break;
+      case core::CollectiveKind::all_gather:
+        check(ncclAllGather(in, out, call.input.size() / element, type, comm_, stream_), what);
+        break;
+      case core::CollectiveKind::reduce_scatter:
+        check(ncclReduceScatter(in, out, call.output.size() / element, type, ncclSum, comm_, stream_), what);
+        break;
+      case core::CollectiveKind::broadcast:
+        check(ncclBroadcast(in, out, call.output.size() / element, type, call.root, comm_, stream_), what);
+        break;
+      case core::CollectiveKind::all_to_all:
+        all_to_all(call, type, element, what);
+        break;
+    }
+    wait_for(stream_, comm_, timeout_, what);
+  }
+
+ private:
+  // NCCL has no all-to-all call: grouped sends and receives of one block per peer.
+  void all_to_all(const CollectiveCall& call, ncclDataType_t type, std::size_t element, const std::string& what) {
+    const std::size_t block = call.input.size() / static_cast<std::size_t>(size_);
+    check(ncclGroupStart(), what);
+    for (int peer = 0; peer < size_; ++peer) {
+      check(ncclSend(call.input.data() + peer * block, block / element, type, peer, comm_, stream_), what);
+      check(ncclRecv(call.output.data() + peer * block, block / element, type, peer, comm_, stream_), what);
+    }
+    check(ncclGroupEnd(), what);
+  }
+
+  ncclComm_t comm_;
+  int rank_, size_;
+  std::string key_;
+  std::chrono::milliseconds timeout_;
+  cudaStream_t stream_ = nullptr;
+};
+
+class NcclBackend : public Backend {
+ public:
+  NcclBackend(const Rendezvous& rendezvous, int rank, int world_size, int local_rank, const BackendOptions& options)
+      : store_(make_gloo_backend(rendezvous, rank, world_size, options)), options_(options) {
+    int devices = 0;
+    check(cudaGetDeviceCount(&devices), fmt::format("rank {}: looking for GPUs", rank));
+    if (local_rank >= devices)
+      throw core::InputError(
+          fmt::format("rank {}: LOCAL_RANK {} but this host has {} GPU(s); NCCL runs one rank "
+                      "per GPU",
+                      rank, local_rank, devices));
+    device_ = local_rank;
+    check(cudaSetDevice(device_), fmt::format("rank {}: selecting GPU {}", rank, device_));
+    check_one_rank_per_gpu();
+  }
+
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return store_->rank(); }
+  int world_size() const override { return store_->world_size(); }
+  void barrier() override { store_->barrier(); }
+  void publish(const std::string& key, const std::string& value) override { store_->publish(key, value); }
+  std::string fetch(const std::string& key) override { return store_->fetch(key); }
+
+  std::unique_ptr<StreamResources> stream_resources() override { return std::make_unique<DeviceResources>(device_); }
+
+  std::unique_ptr<Communicator> communicator(const std::string& key, const std::vector<int>& members) override {
+    const auto me = std::find(members.begin(), members.end(), rank());
+    if (me == members.end()) throw core::InputError(fmt::format("rank {} is not a member of group {}", rank(), key));
+    const int group_rank = static_cast<int>(me - members.begin()), size = static_cast<int>(members.size());
+    ncclUniqueId id;
+    if (group_rank == 0) {
+      check(ncclGetUniqueId(&id), "creating an NCCL unique id");
+      store_->publish("nccl/" + key, std::string(id.internal, sizeof id.internal));
+    } else {
+      const std::string bytes = store_->fetch("nccl/" + key);
+      std::memcpy(id.internal, bytes.data(), std::min(bytes.size(), sizeof id.internal));
+    }
+    check(cudaSetDevice(device_), "selecting the GPU");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = nullptr;
+    const std::string what = fmt::format("rank {}: connecting group {} ({} ranks)", rank(), key, size);
+    check(ncclCommInitRankConfig(&comm, size, id, group_rank, &config), what);
+    wait_for_init(comm, what);
+    return std::make_unique<NcclCommunicator>(comm, group_rank, size, key, options_.timeout);
+  }
+
+ private:
+  void wait_for_init(ncclComm_t comm, const std::string& what) {
+    const auto deadline = Clock::now() + options_.timeout;
+    ncclResult_t state = ncclInProgress;
+    while (state == ncclInProgress) {
+      ncclCommGetAsyncError(comm, &state);
+      if (state == ncclInProgress && Clock::now() > deadline) {
+        ncclCommAbort(comm);
+        throw CommError(fmt::format("{}: timed out after {} ms", what, options_.timeout.count()));
+      }
+      if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    check(state, what);
+  }
+
+  // Every rank learns every rank's (host, GPU) and refuses a GPU shared by two ranks.
+  void check_one_rank_per_gpu() {
+    char bus[64] = {};
+    check(cudaDeviceGetPCIBusId(bus, sizeof bus, device_), "reading the GPU's PCI bus id");
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    store_->publish(fmt::format("gpu/{}", rank()), std::string(host) + " " + bus);
+    std::vector<std::string> where(world_size());
+    for (int r = 0; r < world_size(); ++r) where[r] = store_->fetch(fmt::format("gpu/{}", r));
+    for (int a = 0; a < world_size(); ++a)
+      for (int b = a + 1; b < world_size(); ++b)
+        if (where[a] == where[b])
+          throw core::InputError(
+              fmt::format("ranks {} and {} both map to GPU {} (host and PCI bus): NCCL needs one "
+                          "GPU per rank; check LOCAL_RANK and CUDA_VISIBLE_DEVICES",
+                          a, b, where[a]));
+  }
+
+  std::unique_ptr<Backend> store_;
+  BackendOptions options_;
+  int device_ = 0;
+};
+
+}  // namespace
+
+bool nccl_available() { return true; }
+
+int visible_gpus(std::string& why) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    why = cudaGetErrorString(status);
+    return 0;
+  }
+  if (count == 0) why = "no CUDA device";
+  return count;
+}
+
+std::unique_ptr<Backend> make_nccl_backend(const Rendezvous& rendezvous, int rank, int world_size, int local_rank,
+                                           const BackendOptions& options) {
+  return std::make_unique<NcclBackend>(rendezvous, rank, world_size, local_rank, options);
+}
+
+}  // namespace stratsim::exec
+
+#else  // built without CUDA and NCCL
+
+namespace stratsim::exec {
+
+bool nccl_available() { return false; }
+
+int visible_gpus(std::string& why) {
+  why = "built without CUDA";
+  return 0;
+}
+
+std::unique_ptr<Backend> make_nccl_backend(const Rendezvous&, int, int, int, const BackendOptions&) {
+  throw core::InputError(
+      "--backend nccl: this stratsim was built without CUDA and NCCL (found at configure time "
+      "from the CUDA toolkit); use --backend gloo");
+}
+
+}  // namespace stratsim::exec
+
+#endif
