@@ -7,6 +7,7 @@
 // the report, trace and timeline in the simulator's formats.
 #include <unistd.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <fstream>
@@ -48,6 +49,7 @@ struct RunArgs {
   std::string bind = "127.0.0.1";
   std::string trace, timeline, output;
   bool json = false;
+  bool quiet = false;
 };
 
 struct Planned {
@@ -116,6 +118,18 @@ void write_outputs(const RunArgs& args, const core::Program& program, const core
   if (args.output.empty()) std::cout << report << std::flush;
 }
 
+// "[#####     ] 52% (120/231 ops)" on stderr, at most five times a second, rank 0 only.
+void draw_progress(std::size_t done, std::size_t total) {
+  static auto last = std::chrono::steady_clock::time_point{};
+  const auto now = std::chrono::steady_clock::now();
+  if (done != total && now - last < std::chrono::milliseconds(200)) return;
+  last = now;
+  const int width = 30, filled = static_cast<int>(width * done / total);
+  std::cerr << fmt::format("\rrunning [{}{}] {:3}% ({}/{} ops)", std::string(filled, '#'),
+                           std::string(width - filled, ' '), 100 * done / total, done, total)
+            << (done == total ? "\n" : "") << std::flush;
+}
+
 std::unique_ptr<exec::Backend> make_backend(const RunArgs& args, const exec::Rendezvous& rendezvous, int rank,
                                             int world_size) {
   exec::BackendOptions options;
@@ -151,6 +165,7 @@ int run_rank(const RunArgs& args, int rank, int world_size) {
   options.compute_scale = args.compute_scale;
   // Fail fast: the other stream threads may sit in a collective until the timeout, and this
   // process's exit is what tells the peers (their sockets close) that this rank is gone.
+  if (rank == 0 && !args.quiet && ::isatty(STDERR_FILENO)) options.on_progress = draw_progress;
   options.on_error = [](const std::string& message) {
     std::cerr << ("stratsim run: " + message + "\n") << std::flush;  // one write: ranks share stderr
     std::_Exit(1);
@@ -234,6 +249,7 @@ const Register run_registration("run", [](CLI::App& app) {
                   "when this command launches the ranks)");
   cmd->add_option("--bind", args->bind, "Address this host's ranks listen on for peers")->capture_default_str();
   cmd->add_flag("--json", args->json, "Write the JSON report instead of text");
+  cmd->add_flag("--quiet", args->quiet, "No progress bar (drawn by rank 0 when stderr is a terminal)");
   cmd->add_option("-o,--output", args->output, "Write the report to this file instead of standard output");
   cmd->add_option("--trace", args->trace, "Write a Chrome-trace JSON timeline (Perfetto, chrome://tracing, HTA)");
   cmd->add_option("--timeline", args->timeline, "Write the stratsim timeline JSON (the viewer's format)");

@@ -52,6 +52,16 @@ void collective_runs(const core::Program& program, const std::vector<RankRecord>
   });
 }
 
+// The ranks' calibrated GEMM rates: what a simulated platform's compute peak should be set from
+// (`cpu:gflops=...`), so they go in the report.
+void compute_rates(const std::vector<RankRecord>& records, core::RunResult& result) {
+  std::vector<double> gflops;
+  for (const RankRecord& record : records) gflops.push_back(record.gemm_flops_per_second / 1e9);
+  const auto [low, high] = std::minmax_element(gflops.begin(), gflops.end());
+  result.notes.push_back(fmt::format("GEMM {:.1f}-{:.1f} GFLOP/s per rank", *low, *high));
+  result.extra["gemm_gflops_per_rank"] = gflops;
+}
+
 }  // namespace
 
 core::RunResult assemble(const core::Program& program, const std::vector<RankRecord>& records,
@@ -68,6 +78,7 @@ core::RunResult assemble(const core::Program& program, const std::vector<RankRec
     result.wall_seconds = std::max(result.wall_seconds, record.wall_seconds);
   }
   collective_runs(program, records, result);
+  compute_rates(records, result);
   result.iteration_end.assign(std::max(program.iterations, 1), 0.0);
   for (const auto& timings : result.timings)
     for (const core::ProgramOp& op : program.ops) {

@@ -96,6 +96,8 @@ class RankExecutor {
     {
       std::lock_guard lock(mutex_);
       done_[op.id] = 1;
+      ++finished_;
+      if (options_.on_progress) options_.on_progress(finished_, program_.ops.size());
     }
     changed_.notify_all();
   }
@@ -147,6 +149,7 @@ class RankExecutor {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<char> done_;
+  std::size_t finished_ = 0;
   std::string error_;
 };
 

@@ -103,7 +103,7 @@ bool failed(const Child& child) {
 
 class Supervisor {
  public:
-  Supervisor(const LaunchOptions& options) : options_(options) {}
+  explicit Supervisor(const LaunchOptions& options) : options_(options) {}
 
   int run() {
     const std::string run_id = options_.run_id.empty() ? fresh_run_id() : options_.run_id;

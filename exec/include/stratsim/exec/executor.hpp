@@ -31,6 +31,9 @@ struct ExecOptions {
   // Called from the failing thread on the first error, before the other threads are joined (they
   // may be blocked in a collective until the timeout). A worker process exits here.
   std::function<void(const std::string& message)> on_error;
+  // Called after every op with (ops done, ops in the program), from the stream threads one at a
+  // time: a progress bar.
+  std::function<void(std::size_t done, std::size_t total)> on_progress;
 };
 
 // What one rank measured, in seconds from its origin: the instant the start barrier released it.
