@@ -2,9 +2,13 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 namespace stratsim::test {
@@ -26,6 +30,17 @@ inline CliRun run_cli(const std::string& args, bool stdout_only = false) {
   const int status = pclose(pipe);
   result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// A path in the temporary directory unique to this test process.
+inline std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("stratsim_test_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 }  // namespace stratsim::test

@@ -9,6 +9,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "stratsim/core/run_analysis.hpp"
+#include "stratsim/core/run_result.hpp"
+
 namespace stratsim::cli {
 
 // Adds a subcommand to `app` and returns the function that runs it once parsed (exit status).
@@ -33,5 +36,15 @@ void write_atomically(const std::string& path, const std::string& text);
 // Writes every (path, text) or none: a failure removes the files already written. Throws
 // core::InputError.
 void write_all_or_nothing(const std::vector<std::pair<std::string, std::string>>& files);
+
+// Where a run's outputs go (simulate, run): the report as text or JSON, to `output` or stdout,
+// plus an optional Chrome trace and timeline.
+struct RunOutputs {
+  bool json = false;
+  std::string output, trace, timeline;
+};
+// Analyses the run, renders everything, then writes all of it or nothing.
+void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
+                       const core::Workload& workload);
 
 }  // namespace stratsim::cli

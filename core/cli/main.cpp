@@ -17,6 +17,7 @@
 #include "stratsim/core/plan.hpp"
 #include "stratsim/core/planner.hpp"
 #include "stratsim/core/report.hpp"
+#include "stratsim/core/trace.hpp"
 
 namespace stratsim::cli {
 
@@ -48,6 +49,20 @@ void write_all_or_nothing(const std::vector<std::pair<std::string, std::string>>
     for (const std::string& path : written) std::filesystem::remove(path);
     throw;
   }
+}
+
+void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
+                       const core::Workload& workload) {
+  const core::Analysis analysis = core::analyse(program, result, workload);
+  const std::string report = outputs.json ? core::json_report(program, result, analysis).dump(2) + "\n"
+                                          : core::text_report(program, result, analysis);
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!outputs.trace.empty()) files.emplace_back(outputs.trace, core::chrome_trace(program, result));
+  if (!outputs.timeline.empty())
+    files.emplace_back(outputs.timeline, core::timeline_json(program, result).dump() + "\n");
+  if (!outputs.output.empty()) files.emplace_back(outputs.output, report);
+  write_all_or_nothing(files);
+  if (outputs.output.empty()) std::cout << report << std::flush;
 }
 
 }  // namespace stratsim::cli

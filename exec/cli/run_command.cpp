@@ -105,19 +105,6 @@ std::string host_description(const exec::Backend& backend, const RunArgs& args) 
                      std::thread::hardware_concurrency(), args.bind);
 }
 
-void write_outputs(const RunArgs& args, const core::Program& program, const core::RunResult& result,
-                   const core::Workload& workload) {
-  const core::Analysis analysis = core::analyse(program, result, workload);
-  const std::string report = args.json ? core::json_report(program, result, analysis).dump(2) + "\n"
-                                       : core::text_report(program, result, analysis);
-  std::vector<std::pair<std::string, std::string>> files;
-  if (!args.trace.empty()) files.emplace_back(args.trace, core::chrome_trace(program, result));
-  if (!args.timeline.empty()) files.emplace_back(args.timeline, core::timeline_json(program, result).dump() + "\n");
-  if (!args.output.empty()) files.emplace_back(args.output, report);
-  write_all_or_nothing(files);
-  if (args.output.empty()) std::cout << report << std::flush;
-}
-
 // "[#####     ] 52% (120/231 ops)" on stderr, at most five times a second, rank 0 only.
 void draw_progress(std::size_t done, std::size_t total) {
   static auto last = std::chrono::steady_clock::time_point{};
@@ -180,7 +167,8 @@ int run_rank(const RunArgs& args, int rank, int world_size) {
       records.push_back(exec::decode_record(backend->fetch(fmt::format("record/{}", r))));
     const core::RunResult result =
         exec::assemble(planned.program, records, backend->name(), host_description(*backend, args));
-    write_outputs(args, planned.program, result, core::workload_of(planned.model, planned.plan));
+    write_run_outputs({args.json, args.output, args.trace, args.timeline}, planned.program, result,
+                      core::workload_of(planned.model, planned.plan));
     return 0;
   } catch (const exec::CommError& error) {
     std::cerr << ("stratsim run: " + std::string(error.what()) + "\n") << std::flush;

@@ -35,6 +35,7 @@ class RankExecutor {
     record_.rank = backend.rank();
     record_.timings.assign(program.ops.size(), core::OpTiming{});
     record_.algorithms.assign(program.ops.size(), "");
+    communicator_of_.assign(program.ops.size(), nullptr);
   }
 
   RankRecord run() {
@@ -60,9 +61,12 @@ class RankExecutor {
       if (op.type != OpType::collective) continue;
       const auto& dims = program_.groups[op.group].mesh_dims;
       const CommKey key{op.group, program_.mesh.group_index(rank, dims), op.stream};
-      if (communicators_.count(key)) continue;
-      const std::string name = fmt::format("g{}.i{}.{}", op.group, std::get<1>(key), program_.streams[op.stream]);
-      communicators_.emplace(key, backend_.communicator(name, program_.mesh.group_ranks(rank, dims)));
+      auto it = communicators_.find(key);
+      if (it == communicators_.end()) {
+        const std::string name = fmt::format("g{}.i{}.{}", op.group, std::get<1>(key), program_.streams[op.stream]);
+        it = communicators_.emplace(key, backend_.communicator(name, program_.mesh.group_ranks(rank, dims))).first;
+      }
+      communicator_of_[op.id] = it->second.get();
     }
   }
 
@@ -127,8 +131,7 @@ class RankExecutor {
   }
 
   void collective(StreamResources& resources, const ProgramOp& op) {
-    const auto& dims = program_.groups[op.group].mesh_dims;
-    Communicator& comm = *communicators_.at({op.group, program_.mesh.group_index(backend_.rank(), dims), op.stream});
+    Communicator& comm = *communicator_of_[op.id];
     CollectiveCall call;
     call.kind = op.kind;
     call.dtype = op.dtype;
@@ -145,6 +148,7 @@ class RankExecutor {
   const ExecOptions& options_;
   RankRecord record_;
   std::map<CommKey, std::unique_ptr<Communicator>> communicators_;
+  std::vector<Communicator*> communicator_of_;  // per op id, resolved once before the clock starts
   Clock::time_point origin_;
   std::mutex mutex_;
   std::condition_variable changed_;

@@ -113,10 +113,15 @@ class Supervisor {
       rendezvous = "file:" + private_directory_;
     }
     block_signals();
-    for (int rank = 0; rank < options_.nproc; ++rank) start(rank, run_id, rendezvous);
-    const bool interrupted = supervise();
-    restore_signals();
-    if (!private_directory_.empty()) std::filesystem::remove_all(private_directory_);
+    bool interrupted = false;
+    try {
+      for (int rank = 0; rank < options_.nproc; ++rank) start(rank, run_id, rendezvous);
+      interrupted = supervise();
+    } catch (...) {
+      clean_up();
+      throw;
+    }
+    clean_up();
     return report(interrupted);
   }
 
@@ -128,7 +133,11 @@ class Supervisor {
     sigaddset(&handled_, SIGTERM);
     ::sigprocmask(SIG_BLOCK, &handled_, &previous_);
   }
-  void restore_signals() { ::sigprocmask(SIG_SETMASK, &previous_, nullptr); }
+  // Signals back as they were and the private rendezvous directory gone, whatever happened.
+  void clean_up() {
+    ::sigprocmask(SIG_SETMASK, &previous_, nullptr);
+    if (!private_directory_.empty()) std::filesystem::remove_all(private_directory_);
+  }
 
   void start(int rank, const std::string& run_id, const std::string& rendezvous) {
     const std::vector<std::string> env = rank_environment(options_, rank, run_id, rendezvous);
@@ -136,6 +145,7 @@ class Supervisor {
     const pid_t pid = ::fork();
     if (pid < 0) {
       kill_all(SIGKILL);
+      wait_all();
       throw core::InputError(fmt::format("cannot start rank {}: {}", rank, std::strerror(errno)));
     }
     if (pid == 0) exec_rank(options_.command, env, launcher);

@@ -112,18 +112,8 @@ int run_simulate(const SimulateArgs& args) {
   plan_options.iterations = args.iterations;
   const core::PlanResult planned = core::plan_training(model, plan, plan_options);
   const sim::SimResult result = sim::simulate(planned.program, platform, options);
-  const core::Analysis analysis = core::analyse(planned.program, result, core::workload_of(model, plan));
-
-  // Render everything before writing anything, then write all or nothing.
-  const std::string report = args.json ? core::json_report(planned.program, result, analysis).dump(2) + "\n"
-                                       : core::text_report(planned.program, result, analysis);
-  std::vector<std::pair<std::string, std::string>> files;
-  if (!args.trace.empty()) files.emplace_back(args.trace, core::chrome_trace(planned.program, result));
-  if (!args.timeline.empty())
-    files.emplace_back(args.timeline, core::timeline_json(planned.program, result).dump() + "\n");
-  if (!args.output.empty()) files.emplace_back(args.output, report);
-  write_all_or_nothing(files);
-  if (args.output.empty()) std::cout << report;
+  write_run_outputs({args.json, args.output, args.trace, args.timeline}, planned.program, result,
+                    core::workload_of(model, plan));
   return 0;
 }
 

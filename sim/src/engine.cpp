@@ -123,7 +123,7 @@ class Simulation {
   double route_latency(sg4::Host* from, sg4::Host* to);
   const Schedule& schedule_for(const ProgramOp& op, Algorithm algorithm, const std::vector<int>& member_nodes);
   Algorithm algorithm_for(const ProgramOp& op, int instance);
-  Algorithm algorithm_for_members(const ProgramOp& op, const std::vector<int>& full_members);
+  Algorithm algorithm_for_full(const ProgramOp& op, int full_instance);
   void run_flows(const std::vector<sg4::Host*>& hosts, std::span<const Flow> flows);
   void finish_op(SimRank& rank, const ProgramOp& op, const OpTiming& timing);
   SimResult collect(RankMode mode);
@@ -145,7 +145,7 @@ class Simulation {
   std::vector<std::vector<std::vector<int>>> full_;                    // per program group: every full instance's ranks
   std::vector<int> node_local_;                        // per program group: -1 unknown, 0 or 1
   std::map<std::tuple<int, int, double, int, std::vector<int>>, Schedule> schedule_cache_;
-  std::map<std::tuple<int, double, int, int>, Algorithm> algorithm_cache_;
+  std::map<std::tuple<int, double, int, int>, Algorithm> algorithm_cache_;  // kind, bytes, group, full instance
   std::int64_t flows_ = 0;
 };
 
@@ -202,9 +202,7 @@ SimResult Simulation::run(RankMode mode) {
   measure_link_costs();
   folding_ = mode == RankMode::representative && options_.fold
                  ? plan_folding(program_, platform_,
-                                [this](const ProgramOp& op, const std::vector<int>& full_members) {
-                                  return algorithm_for_members(op, full_members);
-                                })
+                                [this](const ProgramOp& op, int full) { return algorithm_for_full(op, full); })
                  : no_folding(program_);
   stream_ops_.assign(program_.streams.size(), {});
   for (const ProgramOp& op : program_.ops) stream_ops_[op.stream].push_back(op.id);
@@ -366,25 +364,23 @@ double Simulation::route_latency(sg4::Host* from, sg4::Host* to) {
   return it->second;
 }
 
-// The algorithm chosen for the full group (a folded instance runs what the full one would).
-Algorithm Simulation::algorithm_for_members(const ProgramOp& op, const std::vector<int>& full_members) {
-  if (full_members.size() < 2) return Algorithm::ring;
+// The algorithm a full group instance runs, chosen once per (kind, bytes, group, instance) for
+// both the fold planner and the engine (a folded instance runs what the full one would).
+Algorithm Simulation::algorithm_for_full(const ProgramOp& op, int full_instance) {
+  if (program_.mesh.group_size(program_.groups[op.group].mesh_dims) < 2) return Algorithm::ring;  // nothing moves
   if (auto it = options_.algorithms.find(op.kind); it != options_.algorithms.end() && it->second != Algorithm::automatic)
     return it->second;
+  const auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<double>(op.bytes), op.group, full_instance);
+  auto it = algorithm_cache_.find(key);
+  if (it != algorithm_cache_.end()) return it->second;
   std::vector<int> member_nodes;
-  member_nodes.reserve(full_members.size());
-  for (int rank : full_members) member_nodes.push_back(built_.node_of[rank]);
-  return select_algorithm(op.kind, member_nodes, static_cast<double>(op.bytes), costs_);
+  for (int rank : full_instances(op.group)[full_instance]) member_nodes.push_back(built_.node_of[rank]);
+  const Algorithm chosen = select_algorithm(op.kind, member_nodes, static_cast<double>(op.bytes), costs_);
+  return algorithm_cache_.emplace(key, chosen).first->second;
 }
 
 Algorithm Simulation::algorithm_for(const ProgramOp& op, int instance) {
-  auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<double>(op.bytes), op.group, instance);
-  auto it = algorithm_cache_.find(key);
-  if (it == algorithm_cache_.end()) {
-    const int full = folding_.groups[op.group].stands_for[instance].front();
-    it = algorithm_cache_.emplace(key, algorithm_for_members(op, full_instances(op.group)[full])).first;
-  }
-  return it->second;
+  return algorithm_for_full(op, folding_.groups[op.group].stands_for[instance].front());
 }
 
 const Schedule& Simulation::schedule_for(const ProgramOp& op, Algorithm algorithm, const std::vector<int>& member_nodes) {

@@ -100,8 +100,6 @@ Verdict fold_group(const Program& program, int group, int k, const Geometry& geo
 // Every collective on a group that folds must run an algorithm with a folded schedule.
 Verdict check_algorithms(const Program& program, const Folding& folding, const AlgorithmOf& algorithm_of) {
   std::map<std::tuple<int, std::int64_t, int, int>, bool> checked;
-  const auto full_instances = [&](int group) { return program.mesh.all_groups(program.groups[group].mesh_dims); };
-  std::map<int, std::vector<std::vector<int>>> full_cache;
   for (const core::ProgramOp& op : program.ops) {
     if (op.type != core::OpType::collective) continue;
     const SimulatedGroup& group = folding.groups[op.group];
@@ -109,9 +107,7 @@ Verdict check_algorithms(const Program& program, const Folding& folding, const A
       if (static_cast<int>(group.instances[s].size()) == group.full_size) continue;
       auto [it, fresh] = checked.try_emplace({static_cast<int>(op.kind), op.bytes, op.group, s}, true);
       if (!fresh) continue;
-      auto cached = full_cache.find(op.group);
-      if (cached == full_cache.end()) cached = full_cache.emplace(op.group, full_instances(op.group)).first;
-      const Algorithm algorithm = algorithm_of(op, cached->second[group.stands_for[s].front()]);
+      const Algorithm algorithm = algorithm_of(op, group.stands_for[s].front());
       if (!folds(op.kind, algorithm))
         return fmt::format("op {} \"{}\" runs {} {} over {} members, which does not fold", op.id, op.name,
                            algorithm_name(algorithm), core::collective_kind_name(op.kind), group.full_size);

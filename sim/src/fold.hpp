@@ -52,8 +52,9 @@ struct Folding {
 // Every instance simulated as itself.
 Folding no_folding(const core::Program& program);
 
-// The algorithm a collective op runs on a full instance with these member ranks.
-using AlgorithmOf = std::function<Algorithm(const core::ProgramOp& op, const std::vector<int>& full_members)>;
+// The algorithm a collective op runs on full instance `full_instance` of its group
+// (DeviceMesh::all_groups order).
+using AlgorithmOf = std::function<Algorithm(const core::ProgramOp& op, int full_instance)>;
 
 // The smallest valid fold of the program onto the platform (see above), or no_folding with a note.
 // Call only for representative mode on the platform the program runs on.

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -27,17 +28,9 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using stratsim::test::read_file;
 using stratsim::test::run_cli;
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("stratsim_exec_cli_" + std::to_string(::getpid()) + "_" + name))
-      .string();
-}
-
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using stratsim::test::temp_path;
 
 // A process started with fork/exec: its stdout and stderr go to files so the test can read them
 // after it exits; `env` entries are added to the environment.
@@ -78,11 +71,15 @@ struct Process {
     return -1;
   }
 
-  std::string out() const { return read(out_path); }
-  std::string err() const { return read(err_path); }
+  std::string out() const { return read_file(out_path); }
+  std::string err() const { return read_file(err_path); }
+
+  Process() = default;
+  Process(Process&& other) noexcept
+      : pid(other.pid), out_path(std::exchange(other.out_path, {})), err_path(std::exchange(other.err_path, {})) {}
   ~Process() {
-    std::filesystem::remove(out_path);
-    std::filesystem::remove(err_path);
+    if (!out_path.empty()) std::filesystem::remove(out_path);
+    if (!err_path.empty()) std::filesystem::remove(err_path);
   }
 };
 
@@ -107,12 +104,30 @@ std::vector<pid_t> wait_for_ranks(pid_t pid, std::size_t count) {
 }
 
 // A run long enough to interfere with: 3 ranks, many iterations of the seed model whose compute
-// is a calibrated wait.
-std::vector<std::string> long_run(const std::string& plan_path, const std::string& timeout) {
-  std::ofstream(plan_path) << R"({"world_size": 3, "batch_size": 1, "steps": [{"replicate": {"module": ""}}]})";
-  return {STRATSIM_BINARY, "run",       "--model", "zoo:Net",         "--plan", plan_path,   "--iterations",
-          "1000",          "--compute", "wait",    "--compute-scale", "10",     "--timeout", timeout};
-}
+// is a calibrated wait, started and found, then left to run for `settle`.
+struct LongRun {
+  std::string plan;
+  Process launcher;
+  std::vector<pid_t> ranks;
+
+  LongRun(const std::string& name, const std::string& timeout, std::chrono::seconds settle)
+      : plan(write_plan(name)),
+        launcher(Process::start(command(plan, timeout), {}, name)),
+        ranks(wait_for_ranks(launcher.pid, 3)) {
+    if (ranks.size() == 3) std::this_thread::sleep_for(settle);
+  }
+  ~LongRun() { std::filesystem::remove(plan); }
+
+  static std::string write_plan(const std::string& name) {
+    const std::string path = temp_path(name + "_plan.json");
+    std::ofstream(path) << R"({"world_size": 3, "batch_size": 1, "steps": [{"replicate": {"module": ""}}]})";
+    return path;
+  }
+  static std::vector<std::string> command(const std::string& plan, const std::string& timeout) {
+    return {STRATSIM_BINARY, "run",       "--model", "zoo:Net",         "--plan", plan,        "--iterations",
+            "1000",          "--compute", "wait",    "--compute-scale", "10",     "--timeout", timeout};
+  }
+};
 
 // Ranks are gone once the launcher returned: it reaps them all.
 void expect_reaped(const std::vector<pid_t>& ranks) {
@@ -126,14 +141,14 @@ TEST(RunCli, GlooRunOfTheSeedDdpPlanWritesTheSimulatorsFormats) {
   const auto r = run_cli("run --backend gloo --nproc 2 --model zoo:Net --plan builtin:ddp --compute wait --json -o " +
                          report + " --trace " + trace + " --timeline " + timeline);
   ASSERT_EQ(r.code, 0) << r.out;
-  const auto doc = nlohmann::json::parse(read(report));
+  const auto doc = nlohmann::json::parse(read_file(report));
   EXPECT_EQ(doc["mode"], "measured");
   EXPECT_EQ(doc["world_size"], 2);
   EXPECT_EQ(doc["iterations"].size(), 3u);
   ASSERT_FALSE(doc["collectives"].empty());
   for (const auto& c : doc["collectives"]) EXPECT_GE(c["duration_s"].get<double>(), 0.0);
-  EXPECT_FALSE(nlohmann::json::parse(read(trace))["traceEvents"].empty());
-  EXPECT_EQ(nlohmann::json::parse(read(timeline))["format"], "stratsim.timeline");
+  EXPECT_FALSE(nlohmann::json::parse(read_file(trace))["traceEvents"].empty());
+  EXPECT_EQ(nlohmann::json::parse(read_file(timeline))["format"], "stratsim.timeline");
   for (const auto& path : {report, trace, timeline}) std::filesystem::remove(path);
 }
 
@@ -185,11 +200,9 @@ TEST(RunCli, NcclNeedsOneGpuPerRank) {
 }
 
 TEST(RunCli, AKilledRankFailsTheRunNamingIt) {
-  const std::string plan = temp_path("kill_plan.json");
-  Process launcher = Process::start(long_run(plan, "5"), {}, "kill");
-  const std::vector<pid_t> ranks = wait_for_ranks(launcher.pid, 3);
+  LongRun run("kill", "5", std::chrono::seconds(2));  // well into the training loop
+  auto& [plan, launcher, ranks] = run;
   ASSERT_EQ(ranks.size(), 3u);
-  std::this_thread::sleep_for(std::chrono::seconds(2));  // well into the training loop
   ::kill(ranks[1], SIGKILL);
   const auto killed_at = Clock::now();
   EXPECT_EQ(launcher.wait(std::chrono::seconds(30)), 1) << launcher.err();
@@ -198,35 +211,28 @@ TEST(RunCli, AKilledRankFailsTheRunNamingIt) {
   EXPECT_NE(err.find("failed: rank 1 (pid " + std::to_string(ranks[1]) + ") was killed by signal 9"), std::string::npos)
       << err;
   expect_reaped(ranks);
-  std::filesystem::remove(plan);
 }
 
 TEST(RunCli, AHungRankIsNamedAndKilledAfterTheTimeout) {
-  const std::string plan = temp_path("hang_plan.json");
-  Process launcher = Process::start(long_run(plan, "2"), {}, "hang");
-  const std::vector<pid_t> ranks = wait_for_ranks(launcher.pid, 3);
+  LongRun run("hang", "2", std::chrono::seconds(2));
+  auto& [plan, launcher, ranks] = run;
   ASSERT_EQ(ranks.size(), 3u);
-  std::this_thread::sleep_for(std::chrono::seconds(2));
   ::kill(ranks[2], SIGSTOP);
   EXPECT_EQ(launcher.wait(std::chrono::seconds(30)), 1) << launcher.err();
   const std::string err = launcher.err();
   EXPECT_NE(err.find("failed: rank 2 (pid " + std::to_string(ranks[2]) + ") hung"), std::string::npos) << err;
   EXPECT_NE(err.find("Timed out"), std::string::npos) << "the live ranks should report their timeout: " << err;
   expect_reaped(ranks);
-  std::filesystem::remove(plan);
 }
 
 TEST(RunCli, CtrlCStopsEveryRank) {
-  const std::string plan = temp_path("int_plan.json");
-  Process launcher = Process::start(long_run(plan, "30"), {}, "int");
-  const std::vector<pid_t> ranks = wait_for_ranks(launcher.pid, 3);
+  LongRun run("int", "30", std::chrono::seconds(1));
+  auto& [plan, launcher, ranks] = run;
   ASSERT_EQ(ranks.size(), 3u);
-  std::this_thread::sleep_for(std::chrono::seconds(1));
   ::kill(launcher.pid, SIGINT);
   EXPECT_EQ(launcher.wait(std::chrono::seconds(15)), 130) << launcher.err();
   EXPECT_NE(launcher.err().find("interrupted"), std::string::npos) << launcher.err();
   expect_reaped(ranks);
-  std::filesystem::remove(plan);
 }
 
 // torchrun-style: each rank is started by hand with RANK/WORLD_SIZE and meets the others through

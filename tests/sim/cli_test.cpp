@@ -16,20 +16,12 @@
 namespace {
 
 using stratsim::test::CliRun;
+using stratsim::test::read_file;
+using stratsim::test::temp_path;
 
 CliRun run(const std::string& args, bool stdout_only = false) { return stratsim::test::run_cli(args, stdout_only); }
 
 std::string data(const std::string& name) { return std::string(STRATSIM_TEST_DATA) + "/" + name; }
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("stratsim_sim_cli_" + std::to_string(::getpid()) + "_" + name))
-      .string();
-}
-
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 }  // namespace
 
@@ -47,13 +39,13 @@ TEST(SimulateCli, WritesReportTraceAndTimeline) {
                  true);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(r.out.empty()) << r.out;
-  const auto doc = nlohmann::json::parse(read(report));
+  const auto doc = nlohmann::json::parse(read_file(report));
   EXPECT_EQ(doc["format"], "stratsim.simulation");
   EXPECT_FALSE(doc["iterations"].empty());
-  const std::string trace_text = read(trace);
+  const std::string trace_text = read_file(trace);
   EXPECT_TRUE(std::regex_search(trace_text, std::regex("\"rank\":\\s+\\d+"))) << "HTA needs a space after \"rank\":";
   EXPECT_FALSE(nlohmann::json::parse(trace_text)["traceEvents"].empty());
-  EXPECT_EQ(nlohmann::json::parse(read(timeline))["format"], "stratsim.timeline");
+  EXPECT_EQ(nlohmann::json::parse(read_file(timeline))["format"], "stratsim.timeline");
   for (const auto& path : {report, trace, timeline}) std::filesystem::remove(path);
 }
 

@@ -100,14 +100,7 @@ class HierarchicalExactness : public ::testing::TestWithParam<std::tuple<int, in
 
 TEST_P(HierarchicalExactness, MatchesClosedFormWithinOneThousandth) {
   const auto [g, m] = GetParam();
-  sim::PlatformSpec platform = uniform_star(g, 400e9, 0.3e-6);
-  platform.kind = sim::PlatformKind::cluster;
-  platform.nodes = m;
-  platform.nic_bandwidth = 50e9;
-  platform.nic_latency = 1.25e-6;
-  platform.nic_per_gpu = true;
-  platform.nodes_per_leaf = m;
-  platform.switch_latency = 0.13e-6;
+  const sim::PlatformSpec platform = one_leaf_cluster(m, g, {400e9, 0.3e-6}, {50e9, 1.25e-6}, true, 0.13e-6);
   sim::LinkCosts costs;
   costs.alpha_intra = 2 * platform.nvlink_latency;
   costs.beta_intra = 1 / platform.nvlink_bandwidth;

@@ -67,4 +67,24 @@ inline sim::PlatformSpec uniform_star(int gpus, double bandwidth = 50e9, double 
   return spec;
 }
 
+// `nodes` nodes of `gpus` devices under one non-blocking leaf switch: NVLink-like links inside a
+// node (uniform_star's), one NIC per device (rail-optimised) or per node across.
+struct LinkSpec {
+  double bandwidth = 0, latency = 0;
+};
+inline sim::PlatformSpec one_leaf_cluster(int nodes, int gpus, LinkSpec nvlink, LinkSpec nic, bool nic_per_gpu,
+                                          double switch_latency = 0) {
+  sim::PlatformSpec spec = uniform_star(gpus, nvlink.bandwidth, nvlink.latency);
+  spec.name = "one-leaf-cluster";
+  spec.kind = sim::PlatformKind::cluster;
+  spec.nodes = nodes;
+  spec.nic_bandwidth = nic.bandwidth;
+  spec.nic_latency = nic.latency;
+  spec.nic_per_gpu = nic_per_gpu;
+  spec.nodes_per_leaf = nodes;
+  spec.oversubscription = 1;
+  spec.switch_latency = switch_latency;
+  return spec;
+}
+
 }  // namespace stratsim::test

@@ -24,17 +24,7 @@ using sim::Algorithm;
 
 // `nodes` nodes of `gpus` devices; one NIC per node (shared by its devices) or per device.
 sim::PlatformSpec two_level(int nodes, int gpus, bool nic_per_gpu) {
-  sim::PlatformSpec spec = uniform_star(gpus, 1e12, 1e-7);
-  spec.name = "two-level";
-  spec.kind = sim::PlatformKind::cluster;
-  spec.nodes = nodes;
-  spec.nic_bandwidth = 10e9;
-  spec.nic_latency = 1e-6;
-  spec.nic_per_gpu = nic_per_gpu;
-  spec.nodes_per_leaf = nodes;
-  spec.oversubscription = 1;
-  spec.switch_latency = 0;
-  return spec;
+  return one_leaf_cluster(nodes, gpus, {1e12, 1e-7}, {10e9, 1e-6}, nic_per_gpu);
 }
 
 double duration(const sim::SimResult& result, int op, int sim_rank = 0) {
