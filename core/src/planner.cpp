@@ -159,6 +159,7 @@ class Planner {
   void apply_distribute(const DistributeModuleStep& step, const PlanStep& where);
   void apply_replicate(const ReplicateStep& step, const PlanStep& where);
   void apply_fully_shard(const FullyShardStep& step, const PlanStep& where);
+  std::vector<std::int64_t> flat_offsets(const FsdpUnit& unit) const;
   void finish_setup();
   void collect_ddp_params();
   void build_unit(int module, const FullyShardStep& step, const std::vector<bool>& ignored, int step_index);
@@ -170,6 +171,7 @@ class Planner {
   void forward_param_matmul(int p, Activation& act, Mode mode);
   void grad_ready(int param, int producer);
   void tp_input_hook(int m, Activation& act, Mode mode);
+  bool input_layout_known_ = false;
   void tp_output_hook(int m, Activation& act, Mode mode);
 
   void ddp_pre_forward(DdpInstance& ddp);
@@ -199,8 +201,16 @@ class Planner {
                       std::int64_t in_bytes, std::int64_t out_bytes, DType dtype, const std::string& stream,
                       Phase phase, int module, const std::string& reason, std::vector<std::string> params,
                       std::vector<int> deps);
-  int emit_redistribute(RedistributeOp op, const Activation& tensor, int shard_dim, const std::vector<int>& dims,
-                        Phase phase, int module, const std::string& reason);
+  int emit_redistribute(RedistributeOp op, const Activation& tensor, OpRole role, Placement from, Placement to,
+                        const std::vector<int>& dims, Phase phase, int module, const std::string& reason);
+  // Marks op `id` with what it acts on (see OpRole); returns `id`.
+  int tag(int id, OpRole role, std::vector<std::string> params = {}) {
+    if (id < 0) return id;
+    ProgramOp& op = result_.program.ops[id];
+    op.role = role;
+    if (!params.empty()) op.params = std::move(params);
+    return id;
+  }
   void memory(std::int64_t delta, bool activation = false, bool unsharded = false, bool grad = false);
 };
 
@@ -391,6 +401,21 @@ void Planner::collect_ddp_params() {
   }
 }
 
+// Where each parameter starts in the unit's flat parameter. use_orig_params aligns every
+// parameter to 16 bytes of the compute dtype (FlatParamHandle._init_flat_param_and_metadata).
+std::vector<std::int64_t> Planner::flat_offsets(const FsdpUnit& unit) const {
+  const DType compute_dtype = unit.config.param_dtype.value_or(unit.orig_dtype);
+  const std::int64_t aligned = unit.config.use_orig_params ? 16 / dtype_size(compute_dtype) : 1;
+  std::vector<std::int64_t> offsets;
+  std::int64_t numel = 0;
+  for (int p : unit.params) {
+    if (numel % aligned != 0) numel += aligned - numel % aligned;
+    offsets.push_back(numel);
+    numel += params_[p].local_numel;
+  }
+  return offsets;
+}
+
 void Planner::apply_fully_shard(const FullyShardStep& step, const PlanStep& where) {
   const int m = module_or_fail(step.module, where.where);
   if (fully_shard_step_[m] >= 0)
@@ -472,14 +497,9 @@ void Planner::build_unit(int module, const FullyShardStep& step, const std::vect
   // Flat parameter size. use_orig_params aligns every parameter to 16 bytes of the compute dtype
   // and pads the total to a multiple of the shard group size.
   const int world = mesh_.group_size(unit.shard_dims);
-  std::int64_t numel = 0;
   if (!unit.params.empty()) unit.orig_dtype = model_.params[unit.params.front()].dtype;
-  const DType compute_dtype = step.param_dtype.value_or(unit.orig_dtype);
-  const std::int64_t aligned = step.use_orig_params ? 16 / dtype_size(compute_dtype) : 1;
-  for (int p : unit.params) {
-    if (numel % aligned != 0) numel += aligned - numel % aligned;
-    numel += params_[p].local_numel;
-  }
+  const std::vector<std::int64_t> offsets = flat_offsets(unit);
+  std::int64_t numel = offsets.empty() ? 0 : offsets.back() + params_[unit.params.back()].local_numel;
   if (step.use_orig_params && numel % world != 0) numel += world - numel % world;
   unit.numel = numel;
   const bool sharded = step.strategy != ShardingStrategy::no_shard;
@@ -634,14 +654,13 @@ int Planner::emit_collective(CollectiveKind kind, const std::string& key, const 
 }
 
 // One DTensor redistribution of `tensor` (the local tensor before it) on `dims`.
-int Planner::emit_redistribute(RedistributeOp op, const Activation& tensor, int shard_dim, const std::vector<int>& dims,
-                               Phase phase, int module, const std::string& reason) {
+int Planner::emit_redistribute(RedistributeOp op, const Activation& tensor, OpRole role, Placement from, Placement to,
+                               const std::vector<int>& dims, Phase phase, int module, const std::string& reason) {
   const int size = mesh_.group_size(dims);
   const std::int64_t local = tensor.bytes();
   const std::string stream = "tp." + group_name(dims);
   const std::vector<int> deps{last_compute_};
   int id = -1;
-  (void)shard_dim;
   switch (op) {
     case RedistributeOp::none: return -1;
     case RedistributeOp::all_gather:
@@ -661,6 +680,10 @@ int Planner::emit_redistribute(RedistributeOp op, const Activation& tensor, int 
                            tensor.dtype, stream, phase, module, reason, {}, deps);
       break;
   }
+  ProgramOp& emitted = result_.program.ops[id];
+  emitted.role = role;
+  emitted.from = from;
+  emitted.to = to;
   // DTensor collectives are waited on before their result is used: the next compute depends on it.
   pending_deps_.push_back(id);
   return id;
@@ -841,7 +864,9 @@ void Planner::forward_leaf(int m, Activation& act, Mode mode) {
     if (params_[p].fsdp_unit >= 0) deps.push_back(units_[params_[p].fsdp_unit].all_gather_op);
   const std::string suffix = phase == Phase::recompute ? "recompute" : "forward";
   const std::string label = module.fqn.empty() ? model_.name : module.fqn;
-  emit_compute(fmt::format("{}.{}", label, suffix), m, phase, cost.op_class, cost.forward_flops, cost.forward_bytes, deps);
+  tag(emit_compute(fmt::format("{}.{}", label, suffix), m, phase, cost.op_class, cost.forward_flops, cost.forward_bytes,
+                   deps),
+      OpRole::leaf);
   if (mode != Mode::checkpointed) memory(cost.saved_bytes, true);
 
   act.shape.back() = out_local;
@@ -858,7 +883,9 @@ void Planner::forward_leaf(int m, Activation& act, Mode mode) {
     std::vector<int> now;
     for (int p : mod.params)
       if (params_[p].fsdp_unit >= 0) now.push_back(units_[params_[p].fsdp_unit].all_gather_op);
-    const int op = emit_compute(name, m, Phase::backward, cost.op_class, cost.backward_flops, cost.backward_bytes, now);
+    const int op =
+        tag(emit_compute(name, m, Phase::backward, cost.op_class, cost.backward_flops, cost.backward_bytes, now),
+            OpRole::leaf);
     memory(-cost.saved_bytes, true);
     // AccumulateGrad order: autograd runs the bias's accumulation before the weight's (addmm feeds
     // bias directly, weight through TBackward), i.e. parameters in reverse registration order.
@@ -885,8 +912,9 @@ void Planner::forward_param_matmul(int p, Activation& act, Mode mode) {
   std::vector<int> deps;
   if (state.fsdp_unit >= 0) deps.push_back(units_[state.fsdp_unit].all_gather_op);
   const std::string base = fmt::format("{}.mm", param.fqn);
-  emit_compute(base + (phase == Phase::recompute ? ".recompute" : ".forward"), m, phase, "gemm", flops,
-               (t * act.features() + state.local_numel + t * out) * d, deps);
+  tag(emit_compute(base + (phase == Phase::recompute ? ".recompute" : ".forward"), m, phase, "gemm", flops,
+                   (t * act.features() + state.local_numel + t * out) * d, deps),
+      OpRole::param_matmul, {param.fqn});
   if (mode != Mode::checkpointed) memory(saved, true);
   const bool input_grad = act.requires_grad;
   act.shape.back() = out;
@@ -895,7 +923,9 @@ void Planner::forward_param_matmul(int p, Activation& act, Mode mode) {
   tape_.push_back([this, p, m, flops, saved, input_grad, base]() {
     std::vector<int> now;
     if (params_[p].fsdp_unit >= 0) now.push_back(units_[params_[p].fsdp_unit].all_gather_op);
-    const int op = emit_compute(base + ".backward", m, Phase::backward, "gemm", flops * (input_grad ? 2 : 1), 0, now);
+    const int op =
+        tag(emit_compute(base + ".backward", m, Phase::backward, "gemm", flops * (input_grad ? 2 : 1), 0, now),
+            OpRole::param_matmul, {model_.params[p].fqn});
     memory(-saved, true);
     grad_ready(p, op);
   });
@@ -905,6 +935,16 @@ void Planner::forward_param_matmul(int p, Activation& act, Mode mode) {
 void Planner::tp_input_hook(int m, Activation& act, Mode mode) {
   const TPState& tp = tp_[m];
   if (!tp.parallel && !tp.distributed) return;
+  if (!input_layout_known_) {
+    // The first DTensor boundary in forward order says how the model input is laid out: every
+    // module before it passes the rows through unchanged.
+    input_layout_known_ = true;
+    const Placement default_layout =
+        tp.distributed || tp.spec.style == TPStyle::colwise ? Placement::replicate() : Placement::shard(-1);
+    const std::optional<Placement> layout = tp.distributed ? tp.input_layout : tp.spec.input_layout;
+    result_.input_placement = layout.value_or(default_layout).normalized(act.rank());
+    result_.input_dims = tp.dims;
+  }
   const Phase phase = mode == Mode::replay ? Phase::recompute : Phase::forward;
   const int size = mesh_.group_size(tp.dims);
   const std::string& fqn = model_.modules[m].fqn;
@@ -931,7 +971,8 @@ void Planner::tp_input_hook(int m, Activation& act, Mode mode) {
   const RedistributeOp forward_op = redistribute_op(src, dst, rank);
   Activation before = act;
   if (forward_op != RedistributeOp::none) {
-    emit_redistribute(forward_op, before, src.dim, tp.dims, phase, m, fmt::format("tp {} input {}->{}", fqn, src.str(), dst.str()));
+    emit_redistribute(forward_op, before, OpRole::tp_input, src, dst, tp.dims, phase, m,
+                      fmt::format("tp {} input {}->{}", fqn, src.str(), dst.str()));
   }
   // Local shape after redistribution.
   if (forward_op == RedistributeOp::all_gather) act.shape[src.dim] *= size;
@@ -948,7 +989,7 @@ void Planner::tp_input_hook(int m, Activation& act, Mode mode) {
   if (backward_op == RedistributeOp::none) return;
   Activation grad = act;  // the gradient has the post-redistribution local shape
   tape_.push_back([this, m, backward_op, grad, src, grad_src, tp]() {
-    emit_redistribute(backward_op, grad, src.dim, tp.dims, Phase::backward, m,
+    emit_redistribute(backward_op, grad, OpRole::tp_grad_input, grad_src, src, tp.dims, Phase::backward, m,
                       fmt::format("tp {} grad_input {}->{}", model_.modules[m].fqn, grad_src.str(), src.str()));
   });
 }
@@ -973,7 +1014,7 @@ void Planner::tp_output_hook(int m, Activation& act, Mode mode) {
   const Placement target = tp.spec.output_layout.value_or(colwise ? Placement::shard(-1) : Placement::replicate()).normalized(rank);
   const RedistributeOp forward_op = redistribute_op(local, target, rank);
   if (forward_op != RedistributeOp::none) {
-    emit_redistribute(forward_op, act, target.dim, tp.dims, phase, m,
+    emit_redistribute(forward_op, act, OpRole::tp_output, local, target, tp.dims, phase, m,
                       fmt::format("tp {} output {}->{}", fqn, local.str(), target.str()));
   }
   if (forward_op == RedistributeOp::all_gather) act.shape[local.dim] *= size;
@@ -991,7 +1032,7 @@ void Planner::tp_output_hook(int m, Activation& act, Mode mode) {
   if (backward_op == RedistributeOp::none) return;
   Activation grad = act;
   tape_.push_back([this, m, backward_op, grad, grad_src, grad_dst, tp]() {
-    emit_redistribute(backward_op, grad, grad_src.dim, tp.dims, Phase::backward, m,
+    emit_redistribute(backward_op, grad, OpRole::tp_grad_output, grad_src, grad_dst, tp.dims, Phase::backward, m,
                       fmt::format("tp {} grad_output {}->{}", model_.modules[m].fqn, grad_src.str(), grad_dst.str()));
   });
 }
@@ -1005,10 +1046,11 @@ void Planner::grad_ready(int p, int producer) {
   ParamState& state = params_[p];
   const std::int64_t grad_bytes = state.local_numel * dtype_size(param.dtype);
   if (!partial_grad_dims_[p].empty()) {
-    producer = emit_collective(CollectiveKind::all_reduce, "c10d_functional.all_reduce", partial_grad_dims_[p], grad_bytes,
-                               grad_bytes, grad_bytes, param.dtype, "tp." + group_name(partial_grad_dims_[p]),
-                               Phase::backward, param.module, fmt::format("tp {} Partial grad -> Replicate", param.fqn),
-                               {param.fqn}, {producer});
+    producer = tag(emit_collective(CollectiveKind::all_reduce, "c10d_functional.all_reduce", partial_grad_dims_[p],
+                                   grad_bytes, grad_bytes, grad_bytes, param.dtype,
+                                   "tp." + group_name(partial_grad_dims_[p]), Phase::backward, param.module,
+                                   fmt::format("tp {} Partial grad -> Replicate", param.fqn), {param.fqn}, {producer}),
+                   OpRole::tp_param_grad);
     pending_deps_.push_back(producer);
   }
   if (state.fsdp_unit >= 0) {
@@ -1039,19 +1081,22 @@ void Planner::ddp_pre_forward(DdpInstance& ddp) {
     const int size = mesh_.group_size(dims);
     std::int64_t meta = 0;
     for (int p : ddp.params) meta += 2 * static_cast<std::int64_t>(model_.params[p].shape.size());
-    emit_collective(CollectiveKind::all_gather, "c10d.allgather_", dims, 8 * size, 8, 8 * size, DType::int64, stream,
-                    Phase::init, ddp.module, "ddp verify parameter count", {}, {});
-    emit_collective(CollectiveKind::broadcast, "c10d.broadcast_", dims, 8 * meta, 8 * meta, 8 * meta, DType::int64, stream,
-                    Phase::init, ddp.module, "ddp verify parameter shapes", {}, {});
+    tag(emit_collective(CollectiveKind::all_gather, "c10d.allgather_", dims, 8 * size, 8, 8 * size, DType::int64,
+                        stream, Phase::init, ddp.module, "ddp verify parameter count", {}, {}),
+        OpRole::ddp_param_count);
+    tag(emit_collective(CollectiveKind::broadcast, "c10d.broadcast_", dims, 8 * meta, 8 * meta, 8 * meta, DType::int64,
+                        stream, Phase::init, ddp.module, "ddp verify parameter shapes", {}, {}),
+        OpRole::ddp_param_shapes);
     if (ddp.config.init_sync && size > 1) {
       constexpr std::int64_t kBroadcastBucket = 250 * kMiB;
       std::vector<std::string> names;
       std::int64_t bytes = 0;
       auto flush = [&]() {
         if (names.empty()) return;
-        pending_deps_.push_back(emit_collective(CollectiveKind::broadcast, "c10d.broadcast_", dims, bytes, bytes, bytes,
-                                                act_dtype(), stream, Phase::init, ddp.module,
-                                                "ddp sync module states", names, {}));
+        pending_deps_.push_back(
+            tag(emit_collective(CollectiveKind::broadcast, "c10d.broadcast_", dims, bytes, bytes, bytes, act_dtype(),
+                                stream, Phase::init, ddp.module, "ddp sync module states", names, {}),
+                OpRole::ddp_module_states));
         names.clear();
         bytes = 0;
       };
@@ -1099,12 +1144,14 @@ void Planner::ddp_rebuild(DdpInstance& ddp) {
   const std::string stream = "ddp." + group_name(ddp.dims);
   const std::int64_t indices_bytes = 4 * (static_cast<std::int64_t>(ddp.params.size()) + 1);
   const std::int64_t sizes_bytes = 4 * static_cast<std::int64_t>(ddp.buckets.size());
-  pending_deps_.push_back(emit_collective(CollectiveKind::broadcast, "c10d.broadcast_", ddp.dims, indices_bytes, indices_bytes,
-                                          indices_bytes, DType::int32, stream, Phase::forward, ddp.module,
-                                          "ddp rebuild bucket indices", {}, {last_compute_}));
-  pending_deps_.push_back(emit_collective(CollectiveKind::broadcast, "c10d.broadcast_", ddp.dims, sizes_bytes, sizes_bytes,
-                                          sizes_bytes, DType::int32, stream, Phase::forward, ddp.module,
-                                          "ddp rebuild bucket sizes", {}, {last_compute_}));
+  pending_deps_.push_back(tag(emit_collective(CollectiveKind::broadcast, "c10d.broadcast_", ddp.dims, indices_bytes,
+                                              indices_bytes, indices_bytes, DType::int32, stream, Phase::forward,
+                                              ddp.module, "ddp rebuild bucket indices", {}, {last_compute_}),
+                              OpRole::ddp_bucket_indices));
+  pending_deps_.push_back(tag(emit_collective(CollectiveKind::broadcast, "c10d.broadcast_", ddp.dims, sizes_bytes,
+                                              sizes_bytes, sizes_bytes, DType::int32, stream, Phase::forward,
+                                              ddp.module, "ddp rebuild bucket sizes", {}, {last_compute_}),
+                              OpRole::ddp_bucket_sizes));
 }
 
 void Planner::ddp_mark_ready(DdpInstance& ddp, int variable, int producer) {
@@ -1127,6 +1174,7 @@ void Planner::ddp_mark_ready(DdpInstance& ddp, int variable, int producer) {
     iteration_grad_ops_.push_back(emit_collective(CollectiveKind::all_reduce, "c10d.allreduce_", ddp.dims, bytes, bytes, bytes,
                                                   DType::int32, "ddp." + group_name(ddp.dims), Phase::backward, ddp.module,
                                                   "ddp local_used_map", {}, {producer}));
+    tag(iteration_grad_ops_.back(), OpRole::ddp_used_map);
   }
 }
 
@@ -1147,7 +1195,7 @@ void Planner::ddp_launch(DdpInstance& ddp, int bucket, int producer) {
   const int id = emit_collective(CollectiveKind::all_reduce, "c10d.allreduce_", ddp.dims, bytes, bytes, bytes, dtype,
                                  "ddp." + group_name(ddp.dims), Phase::backward, ddp.module,
                                  fmt::format("ddp bucket {}", bucket), std::move(names), {producer});
-  iteration_grad_ops_.push_back(id);
+  iteration_grad_ops_.push_back(tag(id, OpRole::ddp_bucket));
 }
 
 void Planner::ddp_end_backward(DdpInstance& ddp) {
@@ -1159,6 +1207,7 @@ void Planner::ddp_end_backward(DdpInstance& ddp) {
     iteration_grad_ops_.push_back(emit_collective(CollectiveKind::all_reduce, "c10d.allreduce_", ddp.dims, bytes, bytes, bytes,
                                                   DType::int32, "ddp." + group_name(ddp.dims), Phase::backward, ddp.module,
                                                   "ddp local_used_map", {}, {last_compute_}));
+    tag(iteration_grad_ops_.back(), OpRole::ddp_used_map);
     for (int b = 0; b < static_cast<int>(ddp.buckets.size()); ++b) ddp_launch(ddp, b, last_compute_);
   }
   ++ddp.synced_backwards;
@@ -1186,6 +1235,7 @@ int Planner::fsdp_all_gather(int u, Phase phase, const char* why) {
   const int id = emit_collective(CollectiveKind::all_gather, "c10d._allgather_base_", unit.shard_dims, unit.padded * d,
                                  unit.shard * d, unit.padded * d, dtype, "fsdp.unshard", phase, unit.module,
                                  fmt::format("fsdp unit {} ({})", label, why), std::move(names), deps);
+  tag(id, OpRole::fsdp_unshard);
   unit.unsharded = true;
   unit.all_gather_op = id;
   memory(unit.padded * d, false, true);
@@ -1295,14 +1345,17 @@ void Planner::fsdp_post_backward(int u, int producer) {
     id = emit_collective(CollectiveKind::all_reduce, "c10d.allreduce_", unit.shard_dims, unit.numel * d, unit.numel * d,
                          unit.numel * d, reduce, "fsdp.reduce_scatter", Phase::backward, unit.module,
                          fmt::format("fsdp unit {} (NO_SHARD gradient)", label), names, {producer});
+    tag(id, OpRole::fsdp_reduce_grad);
   } else {
     id = emit_collective(CollectiveKind::reduce_scatter, "c10d._reduce_scatter_base_", unit.shard_dims, unit.padded * d,
                          unit.padded * d, unit.shard * d, reduce, "fsdp.reduce_scatter", Phase::backward, unit.module,
                          fmt::format("fsdp unit {} (post-backward)", label), names, {producer});
+    tag(id, OpRole::fsdp_reduce_grad);
     if (!unit.replicate_dims.empty())
-      id = emit_collective(CollectiveKind::all_reduce, "c10d.allreduce_", unit.replicate_dims, unit.shard * d,
-                           unit.shard * d, unit.shard * d, reduce, "fsdp.all_reduce", Phase::backward, unit.module,
-                           fmt::format("fsdp unit {} (HSDP replicate)", label), names, {id});
+      id = tag(emit_collective(CollectiveKind::all_reduce, "c10d.allreduce_", unit.replicate_dims, unit.shard * d,
+                               unit.shard * d, unit.shard * d, reduce, "fsdp.all_reduce", Phase::backward, unit.module,
+                               fmt::format("fsdp unit {} (HSDP replicate)", label), names, {id}),
+               OpRole::fsdp_replicate_grad);
   }
   iteration_grad_ops_.push_back(id);
   // The unsharded gradient becomes the sharded one.
@@ -1323,8 +1376,9 @@ void Planner::sync_module_states() {
       std::int64_t bytes = 0;
       auto flush = [&]() {
         if (names.empty()) return;
-        emit_collective(CollectiveKind::broadcast, "c10d.broadcast_", dims, bytes, bytes, bytes, unit.orig_dtype,
-                        "fsdp.unshard", Phase::init, unit.module, "fsdp sync_module_states", names, {});
+        tag(emit_collective(CollectiveKind::broadcast, "c10d.broadcast_", dims, bytes, bytes, bytes, unit.orig_dtype,
+                            "fsdp.unshard", Phase::init, unit.module, "fsdp sync_module_states", names, {}),
+            OpRole::fsdp_module_states);
         names.clear();
         bytes = 0;
       };
@@ -1368,8 +1422,9 @@ void Planner::optimizer_step() {
     elements += static_cast<double>(unit.shard);
     bytes += unit.shard * dtype_size(unit.orig_dtype) * (3 + 2 * states);
   }
-  last_optimizer_op_ =
-      emit_compute("optimizer.step", 0, Phase::optimizer, "optimizer", per_element * elements, bytes, iteration_grad_ops_);
+  last_optimizer_op_ = tag(emit_compute("optimizer.step", 0, Phase::optimizer, "optimizer", per_element * elements,
+                                        bytes, iteration_grad_ops_),
+                           OpRole::optimizer);
   // zero_grad(set_to_none=True)
   memory(-grad_bytes_, false, false, true);
 }
@@ -1468,7 +1523,9 @@ PlanResult Planner::run() {
     DdpReport report;
     report.module = model_.modules[ddp.module].fqn;
     report.group = group_name(ddp.dims);
+    report.group_dims = ddp.dims;
     report.group_size = mesh_.group_size(ddp.dims);
+    report.comm_hook = ddp.config.comm_hook;
     const std::string& prefix = model_.modules[ddp.module].fqn;
     for (int p : ddp.params)
       report.params.push_back(prefix.empty() ? model_.params[p].fqn : model_.params[p].fqn.substr(prefix.size() + 1));
@@ -1492,13 +1549,25 @@ PlanResult Planner::run() {
     report.module = model_.modules[unit.module].fqn;
     report.group = group_name(unit.shard_dims);
     report.replicate_group = unit.replicate_dims.empty() ? "" : group_name(unit.replicate_dims);
+    report.group_dims = unit.shard_dims;
+    report.replicate_dims = unit.replicate_dims;
     report.root = unit.root;
     for (int p : unit.params) report.params.push_back(model_.params[p].fqn);
+    report.offsets = flat_offsets(unit);
     report.numel = unit.numel;
     report.shard_numel = unit.shard;
     report.padded_numel = unit.padded;
     report.strategy = unit.config.strategy;
     result_.fsdp.push_back(std::move(report));
+  }
+  for (const ParamState& state : params_) {
+    ParamLayout layout;
+    layout.local_shape = state.local_shape;
+    layout.placement = state.dtensor ? state.placement : Placement::replicate();
+    if (state.dtensor) layout.tp_dims = state.tp_dims;
+    layout.fsdp_unit = state.fsdp_unit;
+    layout.ddp = state.ddp;
+    result_.params.push_back(std::move(layout));
   }
   return std::move(result_);
 }

@@ -1,5 +1,7 @@
 #include "stratsim/core/program.hpp"
 
+#include <array>
+
 #include <nlohmann/json.hpp>
 #include <fmt/format.h>
 
@@ -27,6 +29,37 @@ std::string_view collective_kind_name(CollectiveKind kind) {
     case CollectiveKind::broadcast: return "broadcast";
     case CollectiveKind::all_to_all: return "all_to_all";
   }
+  return "?";
+}
+
+namespace {
+constexpr std::array<std::pair<std::string_view, OpRole>, 20> kRoleNames{{
+    {"none", OpRole::none},
+    {"leaf", OpRole::leaf},
+    {"param_matmul", OpRole::param_matmul},
+    {"optimizer", OpRole::optimizer},
+    {"ddp_param_count", OpRole::ddp_param_count},
+    {"ddp_param_shapes", OpRole::ddp_param_shapes},
+    {"ddp_module_states", OpRole::ddp_module_states},
+    {"ddp_bucket_indices", OpRole::ddp_bucket_indices},
+    {"ddp_bucket_sizes", OpRole::ddp_bucket_sizes},
+    {"ddp_used_map", OpRole::ddp_used_map},
+    {"ddp_bucket", OpRole::ddp_bucket},
+    {"fsdp_module_states", OpRole::fsdp_module_states},
+    {"fsdp_unshard", OpRole::fsdp_unshard},
+    {"fsdp_reduce_grad", OpRole::fsdp_reduce_grad},
+    {"fsdp_replicate_grad", OpRole::fsdp_replicate_grad},
+    {"tp_input", OpRole::tp_input},
+    {"tp_output", OpRole::tp_output},
+    {"tp_grad_input", OpRole::tp_grad_input},
+    {"tp_grad_output", OpRole::tp_grad_output},
+    {"tp_param_grad", OpRole::tp_param_grad},
+}};
+}  // namespace
+
+std::string_view op_role_name(OpRole role) {
+  for (const auto& [name, value] : kRoleNames)
+    if (value == role) return name;
   return "?";
 }
 
@@ -70,12 +103,14 @@ nlohmann::json program_to_json(const Program& program) {
   for (const ProgramOp& op : program.ops) {
     json o = {{"id", op.id}, {"iteration", op.iteration}, {"name", op.name}, {"module", op.module},
               {"phase", phase_name(op.phase)}, {"stream", op.stream}, {"deps", op.deps}};
+    if (op.role != OpRole::none) o["role"] = op_role_name(op.role);
     if (op.type == OpType::compute) {
       o["type"] = "compute";
       o["op_class"] = op.op_class;
       o["flops"] = op.flops;
       o["bytes"] = op.bytes_accessed;
       o["dtype"] = dtype_name(op.dtype);
+      if (!op.params.empty()) o["params"] = op.params;
     } else {
       o["type"] = "collective";
       o["kind"] = collective_kind_name(op.kind);
@@ -87,6 +122,10 @@ nlohmann::json program_to_json(const Program& program) {
       o["dtype"] = dtype_name(op.dtype);
       o["reason"] = op.reason;
       o["params"] = op.params;
+      if (op.role >= OpRole::tp_input && op.role <= OpRole::tp_grad_output) {
+        o["from"] = op.from.str();
+        o["to"] = op.to.str();
+      }
     }
     ops.push_back(std::move(o));
   }
@@ -149,6 +188,13 @@ Program program_from_json(const nlohmann::json& document, const std::string& ori
       if (dep < 0 || dep >= static_cast<int>(i)) o.at("deps").at(k).fail("a dependency must name an earlier op");
       op.deps.push_back(dep);
     }
+    if (o.has("role")) op.role = parse_enum(o.at("role"), kRoleNames);
+    for (auto [key, placement] : {std::pair{"from", &op.from}, std::pair{"to", &op.to}}) {
+      if (!o.has(key)) continue;
+      auto parsed = parse_placement(o.at(key).as_string());
+      if (!parsed) o.at(key).fail("expected Shard(d), Replicate() or Partial()");
+      *placement = *parsed;
+    }
     const std::string type = o.at("type").as_string();
     if (type == "compute") {
       op.type = OpType::compute;
@@ -158,6 +204,7 @@ Program program_from_json(const nlohmann::json& document, const std::string& ori
       auto dtype = parse_dtype(o.get_string("dtype", "float32"));
       if (!dtype) o.at("dtype").fail("unknown dtype");
       op.dtype = *dtype;
+      op.params = o.get_string_list("params");
     } else if (type == "collective") {
       op.type = OpType::collective;
       op.kind = parse_enum(o.at("kind"), kinds);

@@ -30,6 +30,7 @@
 #include "stratsim/exec/backend.hpp"
 #include "stratsim/exec/executor.hpp"
 #include "stratsim/exec/launcher.hpp"
+#include "stratsim/exec/train.hpp"
 
 namespace stratsim::cli {
 namespace {
@@ -50,6 +51,9 @@ struct RunArgs {
   std::string trace, timeline, output;
   bool json = false;
   bool quiet = false;
+  bool train = false;  // real values and a parity check against local training
+  std::uint64_t seed = 0;
+  double atol = 1e-5, rtol = 1.3e-6;
 };
 
 struct Planned {
@@ -134,6 +138,37 @@ void check_backend(const RunArgs& args) {
     throw InputError("--backend nccl: this stratsim was built without CUDA and NCCL; use --backend gloo");
 }
 
+// --train on one rank: the program on real values; rank 0 writes the parity report (and the
+// measured timeline when asked). Returns 1 when parity fails.
+int train_rank(const RunArgs& args, exec::Backend& backend, const Planned& planned, int rank) {
+  core::PlanOptions plan_options;
+  plan_options.iterations = args.iterations;
+  plan_options.rank = rank;
+  const core::PlanResult mine = core::plan_training(planned.model, planned.plan, plan_options);
+  exec::TrainOptions options{args.seed, args.atol, args.rtol};
+  const exec::TrainRecord record = exec::run_training(planned.model, planned.plan, mine, backend, options);
+  backend.publish(fmt::format("train/{}", rank), exec::encode(record));
+  if (rank != 0) return 0;
+  std::vector<exec::TrainRecord> records;
+  for (int r = 0; r < backend.world_size(); ++r)
+    records.push_back(exec::decode_train_record(backend.fetch(fmt::format("train/{}", r))));
+  const exec::TrainingSummary summary = exec::summarize(planned.model, planned.plan, mine, records, options);
+  const std::string report = args.json ? exec::training_json(summary).dump(2) + "\n" : exec::training_text(summary);
+  std::vector<exec::RankRecord> timings;
+  for (const exec::TrainRecord& r : records) timings.push_back(r.timing);
+  const core::RunResult result =
+      exec::assemble(planned.program, timings, backend.name(), host_description(backend, args) + ", training");
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!args.trace.empty()) files.emplace_back(args.trace, core::chrome_trace(planned.program, result));
+  if (!args.timeline.empty())
+    files.emplace_back(args.timeline, core::timeline_json(planned.program, result).dump() + "\n");
+  if (!args.output.empty()) files.emplace_back(args.output, report);
+  write_all_or_nothing(files);
+  if (args.output.empty()) std::cout << report << std::flush;
+  if (!summary.passed) std::cerr << "stratsim run --train: parity with local training FAILED\n" << std::flush;
+  return summary.passed ? 0 : 1;
+}
+
 int run_rank(const RunArgs& args, int rank, int world_size) {
   const Planned planned = plan_run(args);
   if (planned.program.world_size != world_size)
@@ -159,6 +194,7 @@ int run_rank(const RunArgs& args, int rank, int world_size) {
   };
   try {
     auto backend = make_backend(args, rendezvous, rank, world_size);
+    if (args.train) return train_rank(args, *backend, planned, rank);
     const exec::RankRecord record = exec::execute(planned.program, *backend, options);
     backend->publish(fmt::format("record/{}", rank), exec::encode(record));
     if (rank != 0) return 0;
@@ -173,11 +209,26 @@ int run_rank(const RunArgs& args, int rank, int world_size) {
   } catch (const exec::CommError& error) {
     std::cerr << ("stratsim run: " + std::string(error.what()) + "\n") << std::flush;
     std::_Exit(1);
+  } catch (const core::InputError&) {
+    throw;
+  } catch (const core::PlanError&) {
+    throw;
+  } catch (const std::exception& error) {
+    // The program and the values disagree (--train): say where, and leave at once so the peers'
+    // sockets close.
+    std::cerr << fmt::format("stratsim run: rank {}: {}\n", rank, error.what()) << std::flush;
+    std::_Exit(1);
   }
 }
 
 int run_launcher(const RunArgs& args) {
   const Planned planned = plan_run(args);  // bad inputs fail once, here, with exit status 2
+  if (args.train) {
+    if (args.backend != "gloo") throw InputError("--train runs on the gloo backend (its tensors live in host memory)");
+    const std::string why = exec::train_unsupported_reason(
+        planned.model, planned.plan, core::plan_training(planned.model, planned.plan, {0, args.iterations}));
+    if (!why.empty()) throw InputError("--train: " + why);
+  }
   const int nproc = args.nproc > 0 ? args.nproc : planned.program.world_size;
   if (nproc != planned.program.world_size)
     throw InputError(
@@ -239,6 +290,13 @@ const Register run_registration("run", [](CLI::App& app) {
   cmd->add_flag("--json", args->json, "Write the JSON report instead of text");
   cmd->add_flag("--quiet", args->quiet, "No progress bar (drawn by rank 0 when stderr is a terminal)");
   cmd->add_option("-o,--output", args->output, "Write the report to this file instead of standard output");
+  cmd->add_flag("--train", args->train,
+                "Train for real (float32 values through the program's collectives) and check the parameters against "
+                "single-process training on the global batch");
+  cmd->add_option("--seed", args->seed, "--train: seed of the initial parameters and the synthetic batches")
+      ->capture_default_str();
+  cmd->add_option("--atol", args->atol, "--train: absolute tolerance per element")->capture_default_str();
+  cmd->add_option("--rtol", args->rtol, "--train: relative tolerance per element")->capture_default_str();
   cmd->add_option("--trace", args->trace, "Write a Chrome-trace JSON timeline (Perfetto, chrome://tracing, HTA)");
   cmd->add_option("--timeline", args->timeline, "Write the stratsim timeline JSON (the viewer's format)");
   return Subcommand{cmd, [args] { return run_command(*args); }};

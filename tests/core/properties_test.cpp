@@ -2,7 +2,7 @@
 // Linear / ReLU / RMSNorm, as model documents) and random plans (replicate with random bucket
 // caps, find_unused_parameters, static_graph, comm hooks; fully_shard with random wrap policies,
 // strategies, mixed precision; optional tensor parallelism and checkpointing; 1-D and 2-D meshes).
-// Fixed seeds: the same cases run every time.
+// The generators live in tests/random_cases.hpp. Fixed seeds: the same cases run every time.
 //
 // Properties:
 //  * every trainable parameter has exactly one manager: one DDP instance (and then exactly one
@@ -15,8 +15,7 @@
 //    from any of its members has the same members.
 #include <gtest/gtest.h>
 
-#include <random>
-
+#include "../random_cases.hpp"
 #include "planner_test_support.hpp"
 
 using namespace stratsim::core;
@@ -24,193 +23,6 @@ using namespace stratsim::test;
 using nlohmann::json;
 
 namespace {
-
-class Random {
- public:
-  explicit Random(std::uint32_t seed) : rng_(seed) {}
-  int uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }  // [lo, hi]
-  bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
-  template <typename T>
-  const T& pick(const std::vector<T>& items) {
-    return items[static_cast<std::size_t>(uniform(0, static_cast<int>(items.size()) - 1))];
-  }
-
- private:
-  std::mt19937 rng_;
-};
-
-// ---- random models ------------------------------------------------------------------------------
-
-struct ModelGen {
-  Random& random;
-  std::int64_t width = 8;
-  int linears = 0;
-
-  json leaf(const std::string& name) {
-    const int kind = random.uniform(0, 5);
-    if (kind <= 2 || linears == 0) {  // Linear most of the time
-      const std::int64_t out = random.pick(std::vector<std::int64_t>{4, 8, 12, 16});
-      json layer = {{"name", name}, {"type", "Linear"}, {"in_features", width}, {"out_features", out}};
-      if (random.chance(0.25)) layer["bias"] = false;
-      width = out;
-      ++linears;
-      return layer;
-    }
-    if (kind == 3) return {{"name", name}, {"type", "RMSNorm"}, {"dim", width}};
-    return {{"name", name}, {"type", "ReLU"}};
-  }
-
-  json children(int depth) {
-    json list = json::array();
-    const int n = random.uniform(1, 3);
-    for (int i = 0; i < n; ++i) {
-      const std::string name = std::to_string(i);
-      if (depth < 3 && random.chance(0.35)) {
-        list.push_back({{"name", name}, {"type", "Sequential"}, {"children", children(depth + 1)}});
-      } else {
-        list.push_back(leaf(name));
-      }
-    }
-    return list;
-  }
-
-  json model() {
-    width = random.pick(std::vector<std::int64_t>{4, 8, 16});
-    linears = 0;
-    json doc = {{"name", "RandomNet"}, {"type", "Sequential"}, {"modules", children(0)}};
-    if (linears == 0) doc["modules"].push_back(leaf("tail"));
-    return doc;
-  }
-};
-
-// ---- random plans -------------------------------------------------------------------------------
-
-struct Case {
-  std::string plan_text;
-  std::string model_text;
-};
-
-// Modules of `model` (indices) that are not the root.
-std::vector<int> non_root_modules(const Model& model) {
-  std::vector<int> out;
-  for (int m = 1; m < static_cast<int>(model.modules.size()); ++m) out.push_back(m);
-  return out;
-}
-
-// Up to `count` pairwise disjoint (no ancestor relation) non-root subtrees.
-std::vector<int> disjoint_subtrees(const Model& model, Random& random, int count) {
-  std::vector<int> chosen;
-  std::vector<int> candidates = non_root_modules(model);
-  for (int attempt = 0; attempt < 8 && static_cast<int>(chosen.size()) < count && !candidates.empty(); ++attempt) {
-    const int m = random.pick(candidates);
-    bool ok = true;
-    for (int c : chosen) ok = ok && !model.in_subtree(m, c) && !model.in_subtree(c, m);
-    if (ok && model.subtree_numel(m) > 0) chosen.push_back(m);
-  }
-  return chosen;
-}
-
-json random_policy(Random& random) {
-  switch (random.uniform(0, 4)) {
-    case 0: return nullptr;
-    case 1: return {{"module_types", {"Linear"}}};
-    case 2: return {{"module_types", {"Sequential"}}};
-    case 3: return {{"module_types", {"Linear", "RMSNorm"}}};
-    default: return {{"min_num_params", random.uniform(10, 300)}};
-  }
-}
-
-json fully_shard_step(Random& random, const std::string& module, const json& mesh_dim, bool hybrid_ok) {
-  json body = {{"module", module}};
-  if (!mesh_dim.is_null()) body["mesh_dim"] = mesh_dim;
-  std::vector<std::string> strategies{"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"};
-  std::string strategy = random.pick(strategies);
-  if (hybrid_ok && random.chance(0.5)) strategy = random.chance(0.5) ? "HYBRID_SHARD" : "_HYBRID_SHARD_ZERO2";
-  body["strategy"] = strategy;
-  if (strategy == "HYBRID_SHARD" || strategy == "_HYBRID_SHARD_ZERO2") body["mesh_dim"] = {"rep", "shard"};
-  const json policy = random_policy(random);
-  if (!policy.is_null()) body["policy"] = policy;
-  if (random.chance(0.3)) body["use_orig_params"] = true;
-  if (random.chance(0.3)) {
-    body["mixed_precision"] = {{"param_dtype", "bfloat16"}};
-    if (random.chance(0.5)) body["mixed_precision"]["reduce_dtype"] = "float32";
-  }
-  if (random.chance(0.3)) body["backward_prefetch"] = random.chance(0.5) ? json(nullptr) : json("BACKWARD_POST");
-  if (random.chance(0.2)) body["forward_prefetch"] = true;
-  if (random.chance(0.2)) body["sync_module_states"] = true;
-  return {{"fully_shard", body}};
-}
-
-json replicate_step(Random& random, const std::string& module, const json& mesh_dim) {
-  json body = {{"module", module}};
-  if (!mesh_dim.is_null()) body["mesh_dim"] = mesh_dim;
-  const std::vector<double> caps{0, 0.0001, 0.0005, 0.001, 1, 25};  // 0: not given
-  const double cap = random.pick(caps);
-  if (cap > 0) body["bucket_cap_mb"] = cap;
-  if (random.chance(0.3)) body["find_unused_parameters"] = true;
-  if (random.chance(0.25)) body["static_graph"] = true;
-  if (random.chance(0.3)) body["gradient_as_bucket_view"] = true;
-  if (random.chance(0.2)) body["comm_hook"] = random.chance(0.5) ? "fp16_compress" : "bf16_compress";
-  return {{"replicate", body}};
-}
-
-Case random_case(Random& random) {
-  ModelGen gen{random};
-  const json model_doc = gen.model();
-  const Model model = model_from_json(model_doc);
-
-  json plan;
-  const int mesh_kind = random.uniform(0, 2);  // 1-D world; 2-D dp x tp; 2-D rep x shard
-  json data_dim = nullptr;
-  bool hybrid_ok = false, tp = false;
-  if (mesh_kind == 0) {
-    plan["world_size"] = random.pick(std::vector<int>{1, 2, 3, 4, 8});
-  } else {
-    const std::vector<std::vector<int>> shapes{{2, 2}, {2, 4}, {4, 2}, {3, 2}, {2, 3}};
-    const std::vector<int> shape = random.pick(shapes);
-    plan["world_size"] = shape[0] * shape[1];
-    if (mesh_kind == 1) {
-      plan["mesh"] = {{"shape", shape}, {"dim_names", {"dp", "tp"}}};
-      data_dim = "dp";
-      tp = random.chance(0.6);
-    } else {
-      plan["mesh"] = {{"shape", shape}, {"dim_names", {"rep", "shard"}}};
-      data_dim = random.chance(0.5) ? "rep" : "shard";
-      hybrid_ok = true;
-    }
-  }
-  plan["iterations"] = random.uniform(2, 4);
-  plan["batch_size"] = random.uniform(1, 4);
-  if (random.chance(0.3)) plan["gradient_accumulation_steps"] = 2;
-  plan["torch_version"] = random.chance(0.5) ? "2.4" : "2.5";
-  json steps = json::array();
-
-  if (tp) {
-    // Tensor parallelism on some Linear layers (parallelize_module comes first).
-    json entries = json::object();
-    for (const Module& m : model.modules)
-      if (m.leaf == LeafKind::linear && random.chance(0.5)) entries[m.fqn] = random.chance(0.5) ? "colwise" : "rowwise";
-    if (!entries.empty())
-      steps.push_back({{"parallelize_module", {{"module", ""}, {"mesh_dim", "tp"}, {"plan", entries}}}});
-  }
-
-  const bool ddp_root = random.chance(0.5);
-  const std::vector<int> subtrees = disjoint_subtrees(model, random, random.uniform(0, 2));
-  for (int m : subtrees) {
-    const std::string& fqn = model.modules[static_cast<std::size_t>(m)].fqn;
-    // replicate() may sit below fully_shard(); below replicate() only fully_shard() composes.
-    if (!ddp_root && random.chance(0.5)) steps.push_back(replicate_step(random, fqn, data_dim));
-    else steps.push_back(fully_shard_step(random, fqn, data_dim, hybrid_ok));
-  }
-  if (ddp_root) steps.push_back(replicate_step(random, "", data_dim));
-  else steps.push_back(fully_shard_step(random, "", data_dim, hybrid_ok));
-  if (random.chance(0.3)) {
-    const std::vector<int> candidates = non_root_modules(model);
-    steps.push_back({{"checkpoint", {{"module", model.modules[static_cast<std::size_t>(random.pick(candidates))].fqn}}}});
-  }
-  plan["steps"] = steps;
-  return {plan.dump(), model_doc.dump()};
-}
 
 // ---- checks ---------------------------------------------------------------------------------------
 

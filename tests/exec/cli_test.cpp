@@ -271,3 +271,37 @@ TEST(RunCli, RanksStartedByHandMeetThroughRedis) {
   EXPECT_EQ(doc["mode"], "measured");
   EXPECT_EQ(doc["world_size"], 2);
 }
+
+// --train: separate rank processes, the parity report, and a verdict that can fail.
+TEST(RunCli, TrainChecksParityWithLocalTraining) {
+  const std::string report = temp_path("train.json"), trace = temp_path("train_trace.json");
+  auto r =
+      run_cli("run --train --model zoo:TestModel --plan builtin:fsdp-tp --json -o " + report + " --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto doc = nlohmann::json::parse(read_file(report));
+  EXPECT_EQ(doc["format"], "stratsim.training");
+  EXPECT_TRUE(doc["passed"].get<bool>());
+  EXPECT_EQ(doc["world_size"], 4);
+  EXPECT_EQ(doc["params"].size(), 5u);
+  EXPECT_EQ(doc["loss"]["local"].size(), 3u);
+  EXPECT_FALSE(nlohmann::json::parse(read_file(trace))["traceEvents"].empty());
+  for (const auto& path : {report, trace}) std::filesystem::remove(path);
+
+  r = run_cli("run --train --model zoo:SimpleMLP --plan builtin:ddp", true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("parity with local training"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("PASSED"), std::string::npos) << r.out;
+
+  // With no tolerance at all, summation order alone separates sharded from local training.
+  r = run_cli("run --train --model zoo:Net:dim=32 --plan builtin:ddp-tp --atol 0 --rtol 0");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
+}
+
+TEST(RunCli, TrainRefusesWhatItCannotTrain) {
+  auto r = run_cli("run --train --model zoo:gpt:layers=1,hidden=64,heads=2,ffn=128,vocab=100,seq=8 --plan builtin:ddp");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("Embedding"), std::string::npos) << r.out;
+  r = run_cli("run --train --backend nccl");
+  EXPECT_EQ(r.code, 2) << r.out;
+}

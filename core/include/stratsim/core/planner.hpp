@@ -45,7 +45,9 @@ struct DdpBucket {
 struct DdpReport {
   std::string module;
   std::string group;
+  std::vector<int> group_dims;  // mesh dims of `group`
   int group_size = 1;
+  CommHook comm_hook = CommHook::none;
   std::vector<std::string> params;     // DDP variable order (replicate's _param_names)
   std::vector<DdpBucket> initial;      // construction-time buckets
   std::vector<DdpBucket> rebuilt;      // after the first synced backward; empty if never rebuilt
@@ -58,7 +60,9 @@ struct FsdpUnitReport {
   std::string group;    // shard group dims
   std::string replicate_group;  // HSDP inter group dims, "" otherwise
   bool root = false;
+  std::vector<int> group_dims, replicate_dims;  // mesh dims of `group` and `replicate_group`
   std::vector<std::string> params;
+  std::vector<std::int64_t> offsets;  // per param: where its local elements start in the flat parameter
   std::int64_t numel = 0;          // N (with alignment padding)
   std::int64_t shard_numel = 0;    // S = ceil(N / W)
   std::int64_t padded_numel = 0;   // W * S
@@ -78,6 +82,15 @@ struct MemoryReport {
   bool out_of_memory = false;
 };
 
+// How the planned rank holds one model parameter after the plan's calls.
+struct ParamLayout {
+  std::vector<std::int64_t> local_shape;  // after tensor parallelism (a shard of the full shape)
+  Placement placement;                    // on tp_dims; Replicate when not a DTensor
+  std::vector<int> tp_dims;               // empty when not a DTensor
+  int fsdp_unit = -1;                     // index into PlanResult::fsdp
+  int ddp = -1;                           // index into PlanResult::ddp
+};
+
 struct IterationRecord {
   int index = 1;
   bool sync = true;  // false under no_sync (gradient accumulation)
@@ -93,6 +106,12 @@ struct PlanResult {
   std::vector<std::vector<int>> group_ranks;  // per Program group: the planned rank's members
   std::vector<DdpReport> ddp;
   std::vector<FsdpUnitReport> fsdp;
+  std::vector<ParamLayout> params;  // per model parameter (Model::params order)
+  // How the model input is laid out over the first tensor-parallel module's dims (Shard(0): the
+  // ranks of a tp group feed different rows; Replicate: the same rows). Replicate, no dims,
+  // without tensor parallelism.
+  Placement input_placement;
+  std::vector<int> input_dims;
   MemoryReport memory;
   std::vector<std::string> warnings;
 

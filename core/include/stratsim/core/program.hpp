@@ -16,6 +16,7 @@
 
 #include "stratsim/core/dtype.hpp"
 #include "stratsim/core/mesh.hpp"
+#include "stratsim/core/placement.hpp"
 
 namespace stratsim::core {
 
@@ -25,6 +26,36 @@ enum class OpType { compute, collective };
 
 std::string_view phase_name(Phase phase);
 std::string_view collective_kind_name(CollectiveKind kind);
+
+// What an op acts on, for consumers that run it on real values (`stratsim run --train`) rather
+// than on sizes only. Timing consumers ignore it.
+enum class OpRole {
+  none,
+  // compute
+  leaf,          // the op's module is a leaf: its forward, backward or recompute (by phase)
+  param_matmul,  // torch.mm(x, p) of a container's own parameter params[0]
+  optimizer,     // optimizer.step() over everything this rank holds, then zero_grad
+  // DDP (replicate): construction checks, module-state sync, bucket rebuild, gradient buckets
+  ddp_param_count,     // all-gather of each rank's parameter count
+  ddp_param_shapes,    // broadcast of rank 0's parameter shapes and strides
+  ddp_module_states,   // broadcast of params[] from the group's first rank
+  ddp_bucket_indices,  // broadcast of rank 0's rebuilt bucket order (variable indices + count)
+  ddp_bucket_sizes,    // broadcast of rank 0's rebuilt bucket sizes
+  ddp_used_map,        // all-reduce of the local used-parameter map (find_unused_parameters)
+  ddp_bucket,          // all-reduce of the gradients of params[], in bucket order
+  // FSDP (fully_shard), one unit's flat parameter: params[] in flattening order
+  fsdp_module_states,   // sync_module_states broadcast of params[] from the group's first rank
+  fsdp_unshard,         // all-gather of the flat parameter's shards
+  fsdp_reduce_grad,     // reduce-scatter (sharded) or all-reduce (NO_SHARD) of the flat gradient
+  fsdp_replicate_grad,  // HSDP: all-reduce of the sharded gradient over the replicate group
+  // Tensor parallelism: DTensor redistributions `from` -> `to` of the module's activations
+  tp_input,        // the module's input, forward
+  tp_output,       // the module's output, forward
+  tp_grad_input,   // the gradient of the module's input, backward
+  tp_grad_output,  // the gradient of the module's output, backward
+  tp_param_grad,   // a Partial gradient of the replicated parameter params[0], summed
+};
+std::string_view op_role_name(OpRole role);
 
 struct ProgramOp {
   int id = 0;
@@ -51,6 +82,9 @@ struct ProgramOp {
   DType dtype = DType::float32;
   std::string reason;               // "ddp bucket 0", "fsdp unit u1 (pre-forward)", "tp mlp.net1 input"
   std::vector<std::string> params;  // FQNs the collective carries (DDP bucket, FSDP unit)
+
+  OpRole role = OpRole::none;
+  Placement from, to;  // tp_* roles: the redistribution, dims normalised to the activation's rank
 };
 
 struct ProgramGroup {
