@@ -171,7 +171,7 @@ class Planner {
   void forward_param_matmul(int p, Activation& act, Mode mode);
   void grad_ready(int param, int producer);
   void tp_input_hook(int m, Activation& act, Mode mode);
-  bool input_layout_known_ = false;
+  void record_tp_boundary(int m, int rank);
   void tp_output_hook(int m, Activation& act, Mode mode);
 
   void ddp_pre_forward(DdpInstance& ddp);
@@ -931,20 +931,31 @@ void Planner::forward_param_matmul(int p, Activation& act, Mode mode) {
   });
 }
 
+// The layout a DTensor boundary declares for its input (input_layouts / distribute_module's
+// from_local) and the one its style computes on. The first boundary in forward order also says
+// how the model input is laid out: every module before it passes the rows through unchanged.
+void Planner::record_tp_boundary(int m, int rank) {
+  const TPState& tp = tp_[m];
+  const bool colwise = tp.parallel && tp.spec.style == TPStyle::colwise;
+  const bool embedding = model_.modules[m].leaf == LeafKind::embedding;
+  const Placement default_layout = tp.distributed || colwise ? Placement::replicate() : Placement::shard(-1);
+  const Placement declared =
+      (tp.distributed ? tp.input_layout : tp.spec.input_layout).value_or(default_layout).normalized(rank);
+  const Placement desired = tp.distributed ? declared
+                            : colwise || embedding ? Placement::replicate()
+                                                   : Placement::shard(-1).normalized(rank);
+  result_.tp_inputs.push_back({m, declared, desired});
+  if (result_.tp_inputs.size() == 1) {
+    result_.input_placement = declared;
+    result_.input_dims = tp.dims;
+  }
+}
+
 // DTensor input handling of a module (parallelize_module style or distribute_module input_fn).
 void Planner::tp_input_hook(int m, Activation& act, Mode mode) {
   const TPState& tp = tp_[m];
   if (!tp.parallel && !tp.distributed) return;
-  if (!input_layout_known_) {
-    // The first DTensor boundary in forward order says how the model input is laid out: every
-    // module before it passes the rows through unchanged.
-    input_layout_known_ = true;
-    const Placement default_layout =
-        tp.distributed || tp.spec.style == TPStyle::colwise ? Placement::replicate() : Placement::shard(-1);
-    const std::optional<Placement> layout = tp.distributed ? tp.input_layout : tp.spec.input_layout;
-    result_.input_placement = layout.value_or(default_layout).normalized(act.rank());
-    result_.input_dims = tp.dims;
-  }
+  if (mode != Mode::replay && iteration_ == 1) record_tp_boundary(m, act.rank());
   const Phase phase = mode == Mode::replay ? Phase::recompute : Phase::forward;
   const int size = mesh_.group_size(tp.dims);
   const std::string& fqn = model_.modules[m].fqn;
@@ -1526,6 +1537,7 @@ PlanResult Planner::run() {
     report.group_dims = ddp.dims;
     report.group_size = mesh_.group_size(ddp.dims);
     report.comm_hook = ddp.config.comm_hook;
+    report.init_sync = ddp.config.init_sync;
     const std::string& prefix = model_.modules[ddp.module].fqn;
     for (int p : ddp.params)
       report.params.push_back(prefix.empty() ? model_.params[p].fqn : model_.params[p].fqn.substr(prefix.size() + 1));
@@ -1558,6 +1570,7 @@ PlanResult Planner::run() {
     report.shard_numel = unit.shard;
     report.padded_numel = unit.padded;
     report.strategy = unit.config.strategy;
+    report.sync_module_states = unit.config.sync_module_states;
     result_.fsdp.push_back(std::move(report));
   }
   for (const ParamState& state : params_) {

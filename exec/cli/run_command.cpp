@@ -59,14 +59,15 @@ struct RunArgs {
 struct Planned {
   core::Model model;
   core::Plan plan;
-  core::Program program;
+  core::PlanResult result;  // as `rank` sees it (the program is the same for every rank)
 };
 
-Planned plan_run(const RunArgs& args) {
+Planned plan_run(const RunArgs& args, int rank = 0) {
   Planned planned{core::load_model(args.model), core::load_plan(args.plan), {}};
   core::PlanOptions options;
   options.iterations = args.iterations;
-  planned.program = core::plan_training(planned.model, planned.plan, options).program;
+  options.rank = rank < planned.plan.world_size ? rank : 0;  // a mismatched WORLD_SIZE is reported by the caller
+  planned.result = core::plan_training(planned.model, planned.plan, options);
   return planned;
 }
 
@@ -141,10 +142,7 @@ void check_backend(const RunArgs& args) {
 // --train on one rank: the program on real values; rank 0 writes the parity report (and the
 // measured timeline when asked). Returns 1 when parity fails.
 int train_rank(const RunArgs& args, exec::Backend& backend, const Planned& planned, int rank) {
-  core::PlanOptions plan_options;
-  plan_options.iterations = args.iterations;
-  plan_options.rank = rank;
-  const core::PlanResult mine = core::plan_training(planned.model, planned.plan, plan_options);
+  const core::PlanResult& mine = planned.result;
   exec::TrainOptions options{args.seed, args.atol, args.rtol};
   const exec::TrainRecord record = exec::run_training(planned.model, planned.plan, mine, backend, options);
   backend.publish(fmt::format("train/{}", rank), exec::encode(record));
@@ -157,11 +155,11 @@ int train_rank(const RunArgs& args, exec::Backend& backend, const Planned& plann
   std::vector<exec::RankRecord> timings;
   for (const exec::TrainRecord& r : records) timings.push_back(r.timing);
   const core::RunResult result =
-      exec::assemble(planned.program, timings, backend.name(), host_description(backend, args) + ", training");
+      exec::assemble(planned.result.program, timings, backend.name(), host_description(backend, args) + ", training");
   std::vector<std::pair<std::string, std::string>> files;
-  if (!args.trace.empty()) files.emplace_back(args.trace, core::chrome_trace(planned.program, result));
+  if (!args.trace.empty()) files.emplace_back(args.trace, core::chrome_trace(planned.result.program, result));
   if (!args.timeline.empty())
-    files.emplace_back(args.timeline, core::timeline_json(planned.program, result).dump() + "\n");
+    files.emplace_back(args.timeline, core::timeline_json(planned.result.program, result).dump() + "\n");
   if (!args.output.empty()) files.emplace_back(args.output, report);
   write_all_or_nothing(files);
   if (args.output.empty()) std::cout << report << std::flush;
@@ -170,10 +168,10 @@ int train_rank(const RunArgs& args, exec::Backend& backend, const Planned& plann
 }
 
 int run_rank(const RunArgs& args, int rank, int world_size) {
-  const Planned planned = plan_run(args);
-  if (planned.program.world_size != world_size)
+  const Planned planned = plan_run(args, rank);
+  if (planned.result.program.world_size != world_size)
     throw InputError(fmt::format("rank {}: the plan needs {} ranks but WORLD_SIZE is {}", rank,
-                                 planned.program.world_size, world_size));
+                                 planned.result.program.world_size, world_size));
   const std::string spec = args.rendezvous.empty() ? env_text("STRATSIM_RDZV") : args.rendezvous;
   if (spec.empty())
     throw InputError(
@@ -195,15 +193,15 @@ int run_rank(const RunArgs& args, int rank, int world_size) {
   try {
     auto backend = make_backend(args, rendezvous, rank, world_size);
     if (args.train) return train_rank(args, *backend, planned, rank);
-    const exec::RankRecord record = exec::execute(planned.program, *backend, options);
+    const exec::RankRecord record = exec::execute(planned.result.program, *backend, options);
     backend->publish(fmt::format("record/{}", rank), exec::encode(record));
     if (rank != 0) return 0;
     std::vector<exec::RankRecord> records;
     for (int r = 0; r < world_size; ++r)
       records.push_back(exec::decode_record(backend->fetch(fmt::format("record/{}", r))));
     const core::RunResult result =
-        exec::assemble(planned.program, records, backend->name(), host_description(*backend, args));
-    write_run_outputs({args.json, args.output, args.trace, args.timeline}, planned.program, result,
+        exec::assemble(planned.result.program, records, backend->name(), host_description(*backend, args));
+    write_run_outputs({args.json, args.output, args.trace, args.timeline}, planned.result.program, result,
                       core::workload_of(planned.model, planned.plan));
     return 0;
   } catch (const exec::CommError& error) {
@@ -224,15 +222,13 @@ int run_rank(const RunArgs& args, int rank, int world_size) {
 int run_launcher(const RunArgs& args) {
   const Planned planned = plan_run(args);  // bad inputs fail once, here, with exit status 2
   if (args.train) {
-    if (args.backend != "gloo") throw InputError("--train runs on the gloo backend (its tensors live in host memory)");
-    const std::string why = exec::train_unsupported_reason(
-        planned.model, planned.plan, core::plan_training(planned.model, planned.plan, {0, args.iterations}));
+    const std::string why = exec::train_unsupported_reason(planned.model, planned.plan, planned.result);
     if (!why.empty()) throw InputError("--train: " + why);
   }
-  const int nproc = args.nproc > 0 ? args.nproc : planned.program.world_size;
-  if (nproc != planned.program.world_size)
+  const int nproc = args.nproc > 0 ? args.nproc : planned.result.program.world_size;
+  if (nproc != planned.result.program.world_size)
     throw InputError(
-        fmt::format("--nproc {}: the plan needs {} ranks (its world_size)", nproc, planned.program.world_size));
+        fmt::format("--nproc {}: the plan needs {} ranks (its world_size)", nproc, planned.result.program.world_size));
   if (args.backend == "nccl") {
     // One GPU per rank: refuse before starting anything, not in every rank.
     std::string why;
@@ -252,6 +248,9 @@ int run_launcher(const RunArgs& args) {
 
 int run_command(const RunArgs& args) {
   check_backend(args);
+  // Checked in ranks too: torchrun and srun start ranks without our launcher.
+  if (args.train && args.backend != "gloo")
+    throw InputError("--train runs on the gloo backend (its tensors live in host memory)");
   if (!exec::parse_compute_mode(args.compute))
     throw InputError(fmt::format("--compute {}: expected gemm, wait or skip", args.compute));
   const std::optional<int> rank = env_int("RANK"), world = env_int("WORLD_SIZE");
@@ -295,8 +294,12 @@ const Register run_registration("run", [](CLI::App& app) {
                 "single-process training on the global batch");
   cmd->add_option("--seed", args->seed, "--train: seed of the initial parameters and the synthetic batches")
       ->capture_default_str();
-  cmd->add_option("--atol", args->atol, "--train: absolute tolerance per element")->capture_default_str();
-  cmd->add_option("--rtol", args->rtol, "--train: relative tolerance per element")->capture_default_str();
+  cmd->add_option("--atol", args->atol, "--train: absolute tolerance per element")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--rtol", args->rtol, "--train: relative tolerance per element")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--trace", args->trace, "Write a Chrome-trace JSON timeline (Perfetto, chrome://tracing, HTA)");
   cmd->add_option("--timeline", args->timeline, "Write the stratsim timeline JSON (the viewer's format)");
   return Subcommand{cmd, [args] { return run_command(*args); }};

@@ -45,6 +45,11 @@ struct Saved {
 
 enum class Style { plain, colwise, rowwise };
 
+// The program and the values disagree at one op; the message names it.
+struct OpFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 std::span<std::byte> bytes_of(std::span<float> values) { return std::as_writable_bytes(values); }
 std::span<float> span_of(Matrix& m) { return {m.data(), static_cast<std::size_t>(m.size())}; }
 
@@ -117,10 +122,17 @@ class Trainer {
     record_.timing.timings.resize(program_.ops.size());
     record_.timing.algorithms.resize(program_.ops.size());
     int iteration = 0;
+    bool initialised = false;
     for (const core::ProgramOp& op : program_.ops) {
       if (op.iteration != iteration) start_iteration(iteration = op.iteration);
+      if (!initialised && op.phase != core::Phase::init) {
+        // fully_shard keeps only the shards once construction (sync_module_states included) is done.
+        initialised = true;
+        for (UnitState& unit : units_)
+          if (unit.sharded) poison(unit);
+      }
       const double start = seconds();
-      run_op(op);
+      run_named(op);
       record_.timing.timings[op.id] = {start, start, seconds()};
     }
     record_.timing.wall_seconds = seconds();
@@ -157,8 +169,13 @@ class Trainer {
 
     params_ = train::init_parameters(model_, options_.seed);
     for (std::size_t p = 0; p < params_.size(); ++p) params_[p] = local_slice(static_cast<int>(p), params_[p]);
+    perturb_unsynced_copies();
     grads_.resize(params_.size());
     for (std::size_t p = 0; p < params_.size(); ++p) grads_[p] = Matrix::Zero(params_[p].rows(), params_[p].cols());
+    for (const core::ProgramOp& op : program_.ops)
+      if (op.role == OpRole::tp_param_grad)
+        for (const std::string& fqn : op.params) partial_grads_.emplace(model_.find_param(fqn), Matrix());
+    for (auto& [p, grad] : partial_grads_) grad = Matrix::Zero(params_[p].rows(), params_[p].cols());
     param_optimizer_.resize(params_.size());
     for (std::size_t u = 0; u < planned_.fsdp.size(); ++u) units_.push_back(make_unit(planned_.fsdp[u]));
     for (std::size_t i = 0; i < planned_.ddp.size(); ++i) {
@@ -168,6 +185,87 @@ class Trainer {
     }
     for (std::size_t p = 0; p < model_.params.size(); ++p)
       param_index_.emplace(model_.params[p].fqn, static_cast<int>(p));
+    plan_reshard_after_forward();
+    // A boundary on a container is checked where its input first meets a leaf.
+    const std::vector<int> leaves = leaves_in_forward_order();
+    for (const core::TpBoundary& boundary : planned_.tp_inputs)
+      for (int leaf : leaves)
+        if (model_.in_subtree(leaf, boundary.module)) {
+          boundaries_[leaf].push_back(boundary);
+          break;
+        }
+  }
+
+  // Module-state broadcasts (DDP init_sync, FSDP sync_module_states) only matter if ranks start
+  // different: every copy the plan promises to overwrite from the group's first rank starts
+  // doubled, so a program that forgets a broadcast (or its parameters) trains a different model.
+  void perturb_unsynced_copies() {
+    const std::vector<int> coordinate = program_.mesh.coordinate(rank_);
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      const core::ParamLayout& layout = planned_.params[p];
+      std::vector<int> dims;
+      if (layout.ddp >= 0 && planned_.ddp[layout.ddp].init_sync) dims = planned_.ddp[layout.ddp].group_dims;
+      if (layout.fsdp_unit >= 0 && planned_.fsdp[layout.fsdp_unit].sync_module_states) {
+        dims = planned_.fsdp[layout.fsdp_unit].group_dims;
+        const std::vector<int>& replicas = planned_.fsdp[layout.fsdp_unit].replicate_dims;
+        dims.insert(dims.end(), replicas.begin(), replicas.end());
+      }
+      if (std::any_of(dims.begin(), dims.end(), [&](int d) { return coordinate[d] != 0; })) params_[p] *= 2.0f;
+    }
+  }
+
+  // FULL_SHARD and HYBRID_SHARD free a non-root unit's parameters when its forward returns
+  // (_post_forward_reshard): poison them after the unit's last forward step, so backward reads
+  // them only through the program's pre-backward all-gather.
+  void plan_reshard_after_forward() {
+    std::vector<int> steps;  // forward order: leaf module m, or -(p + 1) for a matmul of parameter p
+    auto visit = [&](auto&& self, int m) -> void {
+      const core::Module& module = model_.modules[m];
+      if (module.leaf != core::LeafKind::container) return steps.push_back(m);
+      for (const core::ForwardStep& step : module.forward) {
+        if (step.kind == core::ForwardStep::Kind::child) self(self, step.index);
+        else steps.push_back(-(step.index + 1));
+      }
+    };
+    visit(visit, 0);
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      const core::FsdpUnitReport& report = *units_[u].report;
+      const bool frees = report.strategy == core::ShardingStrategy::full_shard ||
+                         report.strategy == core::ShardingStrategy::hybrid_shard;
+      if (report.root || !frees || units_[u].params.empty()) continue;
+      const int unit_module = model_.find_module(report.module);
+      int last = 0;
+      bool found = false;
+      for (int step : steps) {
+        const int owner = step >= 0 ? step : model_.params[-step - 1].module;
+        if (model_.in_subtree(owner, unit_module)) {
+          last = step;
+          found = true;
+        }
+      }
+      if (found) reshard_after_[last].push_back(static_cast<int>(u));
+    }
+  }
+
+  void after_forward_step(int step) {
+    auto it = reshard_after_.find(step);
+    if (it == reshard_after_.end()) return;
+    for (int u : it->second) poison(units_[u]);
+  }
+
+  std::vector<int> leaves_in_forward_order() const {
+    std::vector<int> out;
+    auto visit = [&](auto&& self, int m) -> void {
+      const core::Module& module = model_.modules[m];
+      if (module.leaf != core::LeafKind::container) {
+        out.push_back(m);
+        return;
+      }
+      for (const core::ForwardStep& step : module.forward)
+        if (step.kind == core::ForwardStep::Kind::child) self(self, step.index);
+    };
+    visit(visit, 0);
+    return out;
   }
 
   void add_data_dims(const std::vector<int>& dims) {
@@ -199,7 +297,6 @@ class Trainer {
     if (unit.sharded) {
       unit.shard.assign(flat.begin() + unit.position * report.shard_numel,
                         flat.begin() + (unit.position + 1) * report.shard_numel);
-      poison(unit);  // fully_shard frees the unsharded parameters: the first forward must gather them
     } else {
       unit.shard = flat;
     }
@@ -311,6 +408,21 @@ class Trainer {
   // ----------------------------------------------------------------------------------------------
   // Ops.
 
+  // Every failure names the op it happened in; transport and input errors keep their types.
+  void run_named(const core::ProgramOp& op) {
+    try {
+      run_op(op);
+    } catch (const OpFailure&) {
+      throw;
+    } catch (const CommError&) {
+      throw;
+    } catch (const core::InputError&) {
+      throw;
+    } catch (const std::exception& error) {
+      throw OpFailure(fmt::format("op {} \"{}\": {}", op.id, op.name, error.what()));
+    }
+  }
+
   void run_op(const core::ProgramOp& op) {
     if (op.phase == core::Phase::backward && !loss_seeded_) seed_loss();
     switch (op.role) {
@@ -351,8 +463,7 @@ class Trainer {
       case OpRole::none:
         break;
     }
-    throw std::runtime_error(
-        fmt::format("op {} \"{}\" says nothing about what it acts on (program without roles?)", op.id, op.name));
+    throw std::runtime_error("the op says nothing about what it acts on (a program without roles?)");
   }
 
   Communicator& comm_of(const core::ProgramOp& op) { return *comms_.at(op.group); }
@@ -412,19 +523,38 @@ class Trainer {
 
   void run_leaf(const core::ProgramOp& op) {
     const int m = model_.find_module(op.module);
-    if (m < 0) throw std::runtime_error(fmt::format("op {} names an unknown module \"{}\"", op.id, op.module));
+    if (m < 0) throw std::runtime_error(fmt::format("unknown module \"{}\"", op.module));
     if (op.phase == core::Phase::backward) return leaf_backward(op, m);
-    if (op.phase == core::Phase::recompute) return leaf_recompute(m);
+    if (op.phase == core::Phase::recompute) return leaf_recompute(op, m);
     leaf_forward(op, m);
   }
 
+  // DTensor.from_local trusts the declared layout: an activation laid out otherwise is
+  // mislabelled (PyTorch then fails on shapes or computes on the wrong shard), so it is refused.
+  // Declared Replicate, computed Shard: the local chunk, no collective (DTensor does the same).
+  void enter_boundaries(const core::ProgramOp& op, int leaf) {
+    auto it = boundaries_.find(leaf);
+    if (it == boundaries_.end()) return;
+    for (const core::TpBoundary& boundary : it->second) {
+      if (act_.placement == boundary.desired) continue;  // the program's tp_input already moved it
+      const std::string name = model_.modules[boundary.module].fqn;
+      expect(op, act_.placement == boundary.declared,
+             fmt::format("\"{}\" declares its input {} but receives a {} activation", name, boundary.declared.str(),
+                         act_.placement.str()));
+      expect(op, boundary.declared.is_replicate() && boundary.desired.is_shard(),
+             fmt::format("\"{}\" needs its input moved from {} to {} and the program has no collective for it", name,
+                         boundary.declared.str(), boundary.desired.str()));
+      localize(act_, boundary.desired);
+    }
+  }
+
   void leaf_forward(const core::ProgramOp& op, int m) {
+    enter_boundaries(op, m);
     const core::Module& module = model_.modules[m];
     const Style style = style_of(module);
     Placement out;
     float bias_scale = 1.0f;
     if (style == Style::rowwise) {
-      localize(act_, Placement::shard(1));
       expect(op, act_.placement == Placement::shard(1), "RowwiseParallel needs its input Shard(-1)");
       out = Placement::partial();
       bias_scale = 1.0f / static_cast<float>(tp_);
@@ -441,21 +571,25 @@ class Trainer {
     Matrix y = train::leaf_forward(module, params, act_.value, bias_scale);
     saved_[m] = {std::move(act_.value), act_.placement, out};
     act_ = {std::move(y), out};
+    after_forward_step(m);
   }
 
   // Recomputation is deterministic: the saved input already holds what it would produce. The
   // op still does its real work so timings stay honest.
-  void leaf_recompute(int m) {
+  void leaf_recompute(const core::ProgramOp& op, int m) {
     auto it = saved_.find(m);
     if (it == saved_.end()) return;
     const core::Module& module = model_.modules[m];
+    for (int p : module.params)
+      expect(op, !params_[p].hasNaN(),
+             fmt::format("recomputes with {} freed (no all-gather before it)", model_.params[p].fqn));
     const float bias_scale = style_of(module) == Style::rowwise ? 1.0f / static_cast<float>(tp_) : 1.0f;
     (void)train::leaf_forward(module, module_params(module), it->second.input, bias_scale);
   }
 
   void leaf_backward(const core::ProgramOp& op, int m) {
     auto it = saved_.find(m);
-    if (it == saved_.end()) throw std::runtime_error(fmt::format("op {} {}: backward before forward", op.id, op.name));
+    if (it == saved_.end()) throw std::runtime_error(fmt::format("backward before forward"));
     const Saved& saved = it->second;
     const core::Module& module = model_.modules[m];
     // The gradient comes back in the output's placement (a Partial output's gradient is Replicate).
@@ -464,7 +598,7 @@ class Trainer {
     expect(op, grad_.placement == expected,
            fmt::format("the gradient of its output is {}, expected {}", grad_.placement.str(), expected.str()));
     std::vector<Matrix*> grads;
-    for (int p : module.params) grads.push_back(model_.params[p].requires_grad ? &grads_[p] : nullptr);
+    for (int p : module.params) grads.push_back(grad_target(p));
     Matrix grad_x = train::leaf_backward(module, module_params(module), saved.input, grad_.value, grads);
     const Style style = style_of(module);
     const Placement placement = style == Style::colwise ? Placement::partial() : saved.input_placement;
@@ -472,7 +606,7 @@ class Trainer {
   }
 
   void run_param_matmul(const core::ProgramOp& op) {
-    if (op.params.empty()) throw std::runtime_error(fmt::format("op {} {}: no parameter", op.id, op.name));
+    if (op.params.empty()) throw std::runtime_error(fmt::format("no parameter"));
     const int p = param_of(op.params.front());
     if (op.phase == core::Phase::recompute) return;
     if (op.phase == core::Phase::forward) {
@@ -481,17 +615,27 @@ class Trainer {
       Matrix y = train::param_matmul_forward(params_[p], act_.value);
       saved_matmul_[p] = {std::move(act_.value), act_.placement, act_.placement};
       act_.value = std::move(y);
+      after_forward_step(-(p + 1));
       return;
     }
     const Saved& saved = saved_matmul_.at(p);
     localize(grad_, saved.output_placement);
     expect(op, grad_.placement == saved.output_placement, "the gradient's placement differs from the output's");
-    Matrix* grad_p = model_.params[p].requires_grad ? &grads_[p] : nullptr;
+    Matrix* grad_p = grad_target(p);
     grad_.value = train::param_matmul_backward(params_[p], saved.input, grad_.value, grad_p);
   }
 
+  // Where backward puts parameter p's gradient: .grad, or for a Partial gradient this
+  // micro-step's own buffer, summed over the tp group (from_local's backward) before it joins
+  // .grad: summing .grad itself would multiply what earlier micro-steps accumulated.
+  Matrix* grad_target(int p) {
+    if (!model_.params[p].requires_grad) return nullptr;
+    auto it = partial_grads_.find(p);
+    return it != partial_grads_.end() ? &it->second : &grads_[p];
+  }
+
   void expect(const core::ProgramOp& op, bool condition, const std::string& what) const {
-    if (!condition) throw std::runtime_error(fmt::format("op {} \"{}\": {}", op.id, op.name, what));
+    if (!condition) throw OpFailure(fmt::format("op {} \"{}\": {}", op.id, op.name, what));
   }
 
   // ---- optimizer
@@ -517,13 +661,13 @@ class Trainer {
   const std::vector<int>& ddp_of(const core::ProgramOp& op) const {
     for (std::size_t i = 0; i < planned_.ddp.size(); ++i)
       if (planned_.ddp[i].module == op.module) return ddp_params_[i];
-    throw std::runtime_error(fmt::format("op {} {}: no replicate() on module \"{}\"", op.id, op.name, op.module));
+    throw std::runtime_error(fmt::format("no replicate() on module \"{}\"", op.module));
   }
 
   const core::DdpReport& ddp_report_of(const core::ProgramOp& op) const {
     for (const core::DdpReport& report : planned_.ddp)
       if (report.module == op.module) return report;
-    throw std::runtime_error(fmt::format("op {} {}: no replicate() on module \"{}\"", op.id, op.name, op.module));
+    throw std::runtime_error(fmt::format("no replicate() on module \"{}\"", op.module));
   }
 
   // _verify_param_shape_across_processes, part 1: every rank holds the same number of parameters.
@@ -620,7 +764,7 @@ class Trainer {
     collective(op, core::CollectiveKind::all_reduce, core::DType::int32, buffer, buffer);
     const int size = comm_of(op).size();
     for (std::int32_t count : used)
-      if (count != size) throw std::runtime_error(fmt::format("op {}: a parameter went unused on some rank", op.id));
+      if (count != size) throw std::runtime_error("a parameter went unused on some rank");
   }
 
   // One bucket: gradients copied in bucket order, averaged over the group (Reducer divides on
@@ -670,10 +814,9 @@ class Trainer {
   // ---- FSDP
 
   UnitState& unit_of(const core::ProgramOp& op) {
-    if (op.params.empty()) throw std::runtime_error(fmt::format("op {} {}: no parameters", op.id, op.name));
+    if (op.params.empty()) throw std::runtime_error(fmt::format("no parameters"));
     const int unit = planned_.params[param_of(op.params.front())].fsdp_unit;
-    if (unit < 0)
-      throw std::runtime_error(fmt::format("op {} {}: {} is in no FSDP unit", op.id, op.name, op.params.front()));
+    if (unit < 0) throw std::runtime_error(fmt::format("{} is in no FSDP unit", op.params.front()));
     return units_[unit];
   }
 
@@ -790,14 +933,17 @@ class Trainer {
       const Matrix piece = chunk(local, to.dim, n, 0);
       return unpack_chunks(received, from.dim, n, piece.rows(), piece.cols());
     }
-    throw std::runtime_error(
-        fmt::format("op {} {}: no redistribution from {} to {}", op.id, op.name, from.str(), to.str()));
+    throw std::runtime_error(fmt::format("no redistribution from {} to {}", from.str(), to.str()));
   }
 
   // A replicated parameter applied to sharded rows has a Partial gradient: summed, not averaged.
   void tp_param_grad(const core::ProgramOp& op) {
-    if (op.params.empty()) throw std::runtime_error(fmt::format("op {} {}: no parameter", op.id, op.name));
-    all_reduce(op, span_of(grads_[param_of(op.params.front())]));
+    if (op.params.empty()) throw std::runtime_error(fmt::format("no parameter"));
+    const int p = param_of(op.params.front());
+    Matrix& partial = partial_grads_.at(p);
+    all_reduce(op, span_of(partial));
+    grads_[p] += partial;
+    partial.setZero();
   }
 
   // ----------------------------------------------------------------------------------------------
@@ -861,9 +1007,8 @@ class Trainer {
       const std::vector<int>& replicas = planned_.fsdp[layout.fsdp_unit].replicate_dims;
       covered.insert(covered.end(), replicas.begin(), replicas.end());
     }
-    return std::all_of(data_dims_.begin(), data_dims_.end(), [&](int d) {
-      return std::find(covered.begin(), covered.end(), d) != covered.end();
-    });
+    return std::all_of(data_dims_.begin(), data_dims_.end(),
+                       [&](int d) { return std::find(covered.begin(), covered.end(), d) != covered.end(); });
   }
 
   std::string slice_name(int p) const {
@@ -897,6 +1042,9 @@ class Trainer {
   bool loss_seeded_ = false;
   Tensor act_, grad_;
   std::map<int, Saved> saved_, saved_matmul_;
+  std::map<int, std::vector<core::TpBoundary>> boundaries_;  // by the leaf where they are entered
+  std::map<int, Matrix> partial_grads_;                      // this micro-step's Partial gradients
+  std::map<int, std::vector<int>> reshard_after_;            // forward step -> units freed after it
 
   Clock::time_point origin_;
   TrainRecord record_;

@@ -302,6 +302,13 @@ TEST(RunCli, TrainRefusesWhatItCannotTrain) {
   auto r = run_cli("run --train --model zoo:gpt:layers=1,hidden=64,heads=2,ffn=128,vocab=100,seq=8 --plan builtin:ddp");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("Embedding"), std::string::npos) << r.out;
+  // NCCL ranks hold device buffers; --train's tensors live in host memory. (Without CUDA the
+  // backend itself is refused first.)
   r = run_cli("run --train --backend nccl");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(stratsim::exec::nccl_available() ? "runs on the gloo backend" : "built without CUDA"),
+            std::string::npos)
+      << r.out;
+  r = run_cli("run --train --atol -1");
   EXPECT_EQ(r.code, 2) << r.out;
 }

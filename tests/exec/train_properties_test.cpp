@@ -45,85 +45,19 @@
 #include "stratsim/exec/backend.hpp"
 #include "stratsim/exec/communicator.hpp"
 #include "stratsim/exec/train.hpp"
+#include "train_support.hpp"
 
 namespace stratsim::test {
 namespace {
 
-// ---- ranks as threads (as tests/exec/train_test.cpp) ---------------------------------------------
-
-enum class ErrorKind { none, comm, input, runtime, other };
-
-struct RankError {
-  ErrorKind kind = ErrorKind::none;
-  std::string message;
-};
-
-struct Outcome {
-  exec::TrainingSummary summary;
-  std::vector<RankError> errors;  // per rank
-  bool all_done() const {
-    return std::all_of(errors.begin(), errors.end(), [](const RankError& e) { return e.kind == ErrorKind::none; });
-  }
-};
-
-// Plans load from files: writes `plan_json` to a temporary one, loads it and removes it.
-core::Plan load_plan_text(const std::string& plan_json) {
-  static int counter = 0;
-  const auto path =
-      std::filesystem::temp_directory_path() /
-      ("stratsim-train-properties-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".json");
-  std::ofstream(path) << plan_json;
-  try {
-    core::Plan plan = core::load_plan(path.string());
-    std::filesystem::remove(path);
-    return plan;
-  } catch (...) {
-    std::filesystem::remove(path);
-    throw;
-  }
-}
-
-Outcome train_threads(const core::Model& model, const core::Plan& plan, const std::vector<core::PlanResult>& planned,
-                      const exec::TrainOptions& options) {
-  const int world = plan.world_size;
-  std::string dir = (std::filesystem::temp_directory_path() / "stratsim-train-properties-XXXXXX").string();
-  if (::mkdtemp(dir.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  std::vector<exec::TrainRecord> records(world);
-  Outcome outcome;
-  outcome.errors.resize(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank)
-    threads.emplace_back([&, rank] {
-      RankError& error = outcome.errors[rank];
-      try {
-        exec::BackendOptions backend_options;
-        backend_options.timeout = std::chrono::seconds(10);
-        auto backend =
-            exec::make_gloo_backend(exec::parse_rendezvous("file:" + dir, "t"), rank, world, backend_options);
-        records[rank] =
-            exec::decode_train_record(exec::encode(exec::run_training(model, plan, planned[rank], *backend, options)));
-      } catch (const exec::CommError& e) {
-        error = {ErrorKind::comm, e.what()};
-      } catch (const core::InputError& e) {
-        error = {ErrorKind::input, e.what()};
-      } catch (const std::runtime_error& e) {
-        error = {ErrorKind::runtime, e.what()};
-      } catch (const std::exception& e) {
-        error = {ErrorKind::other, e.what()};
-      }
-    });
-  for (std::thread& thread : threads) thread.join();
-  std::filesystem::remove_all(dir);
-  if (outcome.all_done()) outcome.summary = exec::summarize(model, plan, planned[0], records, options);
-  return outcome;
-}
-
 // ---- classification -----------------------------------------------------------------------------
 
-// exec/src/train.cpp's messages for an activation in a layout the next module cannot take: the
-// random tensor-parallel plan built something PyTorch itself would reject.
+// exec/src/train.cpp's forward-layout refusals: an activation reaching a DTensor boundary in a
+// layout other than the one it declares, or a plain module fed a feature-sharded activation. The
+// random tensor-parallel plan built something PyTorch itself would reject. (A redistribution the
+// program gets wrong reads differently, "the program redistributes from ...", and fails.)
 bool layout_message(const std::string& message) {
-  for (const char* needle : {"needs its input", "cannot run on a", "the gradient of its output is"})
+  for (const char* needle : {"declares its input", "cannot run on a"})
     if (message.find(needle) != std::string::npos) return true;
   return false;
 }

@@ -48,6 +48,7 @@ struct DdpReport {
   std::vector<int> group_dims;  // mesh dims of `group`
   int group_size = 1;
   CommHook comm_hook = CommHook::none;
+  bool init_sync = true;  // module states broadcast from the group's first rank at construction
   std::vector<std::string> params;     // DDP variable order (replicate's _param_names)
   std::vector<DdpBucket> initial;      // construction-time buckets
   std::vector<DdpBucket> rebuilt;      // after the first synced backward; empty if never rebuilt
@@ -67,6 +68,7 @@ struct FsdpUnitReport {
   std::int64_t shard_numel = 0;    // S = ceil(N / W)
   std::int64_t padded_numel = 0;   // W * S
   ShardingStrategy strategy = ShardingStrategy::full_shard;
+  bool sync_module_states = false;
 };
 
 struct MemoryReport {
@@ -91,6 +93,15 @@ struct ParamLayout {
   int ddp = -1;                           // index into PlanResult::ddp
 };
 
+// A DTensor boundary (a parallelize_module style or distribute_module's input_fn) as the plan
+// declares it: the layout the module's input is declared in (input_layouts, from_local) and the
+// one the style computes on (redistributed from the declared one, locally or by the program's
+// tp_input collective).
+struct TpBoundary {
+  int module = 0;
+  Placement declared, desired;
+};
+
 struct IterationRecord {
   int index = 1;
   bool sync = true;  // false under no_sync (gradient accumulation)
@@ -112,6 +123,7 @@ struct PlanResult {
   // without tensor parallelism.
   Placement input_placement;
   std::vector<int> input_dims;
+  std::vector<TpBoundary> tp_inputs;  // in forward order
   MemoryReport memory;
   std::vector<std::string> warnings;
 

@@ -89,6 +89,11 @@ struct TrainingSummary {
   int state_dict_all_gathers = 0;
   double atol = 0, rtol = 0;
   bool passed = false;
+  // What `passed` judged: "parameters" (every element within atol + rtol |local|), "losses"
+  // (Adam: losses within 1e-6 relative, parameters within 100 x atol, replicas identical) or
+  // "replicas" (parameters not averaged over every data-parallel dim: synchronised replicas
+  // identical, the others different).
+  std::string criterion = "parameters";
   std::vector<std::string> notes;
 };
 
