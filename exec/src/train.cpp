@@ -293,7 +293,7 @@ class Trainer {
     unit.position = position_in(members, rank_);
     unit.dp_world = unit.world * program_.mesh.group_size(report.replicate_dims);
     unit.sharded = report.strategy != core::ShardingStrategy::no_shard;
-    const std::vector<float> flat = flatten_values(unit);
+    const std::vector<float> flat = flatten(unit, params_);
     if (unit.sharded) {
       unit.shard.assign(flat.begin() + unit.position * report.shard_numel,
                         flat.begin() + (unit.position + 1) * report.shard_numel);
@@ -303,22 +303,13 @@ class Trainer {
     return unit;
   }
 
-  // The unit's flat parameter (padded to world x shard for sharded strategies) from the
-  // parameters' current values.
-  std::vector<float> flatten_values(const UnitState& unit) const {
+  // The unit's flat parameter or gradient (`tensors` is params_ or grads_), padded to
+  // world x shard for sharded strategies.
+  std::vector<float> flatten(const UnitState& unit, const std::vector<Matrix>& tensors) const {
     std::vector<float> flat(unit.sharded ? unit.report->padded_numel : unit.report->numel, 0.0f);
     for (std::size_t i = 0; i < unit.params.size(); ++i) {
-      const Matrix& value = params_[unit.params[i]];
-      std::copy(value.data(), value.data() + value.size(), flat.begin() + unit.report->offsets[i]);
-    }
-    return flat;
-  }
-
-  std::vector<float> flatten_grads(const UnitState& unit) const {
-    std::vector<float> flat(unit.sharded ? unit.report->padded_numel : unit.report->numel, 0.0f);
-    for (std::size_t i = 0; i < unit.params.size(); ++i) {
-      const Matrix& grad = grads_[unit.params[i]];
-      std::copy(grad.data(), grad.data() + grad.size(), flat.begin() + unit.report->offsets[i]);
+      const Matrix& tensor = tensors[unit.params[i]];
+      std::copy(tensor.data(), tensor.data() + tensor.size(), flat.begin() + unit.report->offsets[i]);
     }
     return flat;
   }
@@ -658,17 +649,14 @@ class Trainer {
 
   // ---- DDP
 
-  const std::vector<int>& ddp_of(const core::ProgramOp& op) const {
+  // The DDP instance a DDP op belongs to: replicate() on the op's module.
+  std::size_t ddp_index(const core::ProgramOp& op) const {
     for (std::size_t i = 0; i < planned_.ddp.size(); ++i)
-      if (planned_.ddp[i].module == op.module) return ddp_params_[i];
+      if (planned_.ddp[i].module == op.module) return i;
     throw std::runtime_error(fmt::format("no replicate() on module \"{}\"", op.module));
   }
-
-  const core::DdpReport& ddp_report_of(const core::ProgramOp& op) const {
-    for (const core::DdpReport& report : planned_.ddp)
-      if (report.module == op.module) return report;
-    throw std::runtime_error(fmt::format("no replicate() on module \"{}\"", op.module));
-  }
+  const std::vector<int>& ddp_of(const core::ProgramOp& op) const { return ddp_params_[ddp_index(op)]; }
+  const core::DdpReport& ddp_report_of(const core::ProgramOp& op) const { return planned_.ddp[ddp_index(op)]; }
 
   // _verify_param_shape_across_processes, part 1: every rank holds the same number of parameters.
   void ddp_param_count(const core::ProgramOp& op) {
@@ -727,7 +715,7 @@ class Trainer {
 
   void refresh_shard(UnitState& unit) {
     if (unit.params.empty() || std::isnan(params_[unit.params.front()](0))) return;  // no handle, or freed
-    const std::vector<float> flat = flatten_values(unit);
+    const std::vector<float> flat = flatten(unit, params_);
     if (!unit.sharded) {
       unit.shard = flat;
       return;
@@ -829,7 +817,7 @@ class Trainer {
 
   void fsdp_reduce_grad(const core::ProgramOp& op) {
     UnitState& unit = unit_of(op);
-    std::vector<float> flat = flatten_grads(unit);
+    std::vector<float> flat = flatten(unit, grads_);
     const double pre = predivide_factor(unit.dp_world);
     if (pre > 1)
       for (float& g : flat) g /= static_cast<float>(pre);
