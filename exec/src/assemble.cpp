@@ -52,14 +52,22 @@ void collective_runs(const core::Program& program, const std::vector<RankRecord>
   });
 }
 
-// The ranks' calibrated GEMM rates: what a simulated platform's compute peak should be set from
-// (`cpu:gflops=...`), so they go in the report.
+// The ranks' calibrated GEMM rates and memory bandwidths: what a simulated platform's compute
+// peak and DRAM bandwidth should be set from (`cpu:gflops=...,dram_gbps=...`), so they go in the
+// report.
 void compute_rates(const std::vector<RankRecord>& records, core::RunResult& result) {
-  std::vector<double> gflops;
-  for (const RankRecord& record : records) gflops.push_back(record.gemm_flops_per_second / 1e9);
+  std::vector<double> gflops, gbps;
+  for (const RankRecord& record : records) {
+    gflops.push_back(record.gemm_flops_per_second / 1e9);
+    gbps.push_back(record.memory_bytes_per_second / 1e9);
+  }
   const auto [low, high] = std::minmax_element(gflops.begin(), gflops.end());
   result.notes.push_back(fmt::format("GEMM {:.1f}-{:.1f} GFLOP/s per rank", *low, *high));
   result.extra["gemm_gflops_per_rank"] = gflops;
+  const auto [slow, fast] = std::minmax_element(gbps.begin(), gbps.end());
+  if (*slow <= 0) return;
+  result.notes.push_back(fmt::format("memory {:.1f}-{:.1f} GB/s per rank", *slow, *fast));
+  result.extra["memory_gbps_per_rank"] = gbps;
 }
 
 }  // namespace

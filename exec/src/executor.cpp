@@ -40,12 +40,23 @@ class RankExecutor {
 
   RankRecord run() {
     connect_communicators();
-    record_.gemm_flops_per_second = backend_.stream_resources()->calibrate();
-    backend_.barrier();
-    origin_ = Clock::now();
+    // Stream threads set up their resources (device context, buffers, the compute stream's
+    // calibration, which also touches its streamed memory) before the start barrier, so none of
+    // that lands in the first iteration's times.
+    const int streams = static_cast<int>(program_.streams.size());
     std::vector<std::thread> threads;
-    for (int stream = 0; stream < static_cast<int>(program_.streams.size()); ++stream)
-      threads.emplace_back([this, stream] { run_stream(stream); });
+    for (int stream = 0; stream < streams; ++stream) threads.emplace_back([this, stream] { run_stream(stream); });
+    {
+      std::unique_lock lock(mutex_);
+      changed_.wait(lock, [&] { return ready_ == streams; });
+    }
+    if (error_.empty()) backend_.barrier();
+    {
+      std::lock_guard lock(mutex_);
+      origin_ = Clock::now();
+      started_ = true;
+    }
+    changed_.notify_all();
     for (std::thread& thread : threads) thread.join();
     if (!error_.empty()) throw CommError(error_);
     record_.wall_seconds = seconds_since(origin_);
@@ -71,8 +82,24 @@ class RankExecutor {
   }
 
   void run_stream(int stream) {
+    std::unique_ptr<StreamResources> resources;
     try {
-      const std::unique_ptr<StreamResources> resources = backend_.stream_resources();
+      resources = backend_.stream_resources();
+      if (stream == 0) {
+        record_.gemm_flops_per_second = resources->calibrate();
+        record_.memory_bytes_per_second = resources->memory_bandwidth();
+      }
+    } catch (const std::exception& error) {
+      fail(fmt::format("rank {}: {}", backend_.rank(), error.what()));
+    }
+    {
+      std::unique_lock lock(mutex_);
+      ++ready_;
+      changed_.notify_all();
+      changed_.wait(lock, [&] { return started_; });
+      if (!error_.empty()) return;
+    }
+    try {
       for (const ProgramOp& op : program_.ops) {
         if (op.stream != stream) continue;
         if (!wait_for_dependencies(op)) return;
@@ -118,13 +145,18 @@ class RankExecutor {
 
   void compute(StreamResources& resources, const ProgramOp& op) {
     const double flops = op.flops * options_.compute_scale;
+    const double bytes = static_cast<double>(op.bytes_accessed) * options_.compute_scale;
     switch (options_.compute) {
       case ComputeMode::gemm:
-        resources.compute(flops);
+        resources.compute(flops, bytes);
         break;
-      case ComputeMode::wait:
-        std::this_thread::sleep_for(std::chrono::duration<double>(flops / record_.gemm_flops_per_second));
+      case ComputeMode::wait: {
+        // The roofline of the measured rates: the slower of doing the FLOPs and moving the bytes.
+        double seconds = flops / record_.gemm_flops_per_second;
+        if (record_.memory_bytes_per_second > 0) seconds = std::max(seconds, bytes / record_.memory_bytes_per_second);
+        std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
         break;
+      }
       case ComputeMode::skip:
         break;
     }
@@ -151,6 +183,8 @@ class RankExecutor {
   std::vector<Communicator*> communicator_of_;  // per op id, resolved once before the clock starts
   Clock::time_point origin_;
   std::mutex mutex_;
+  int ready_ = 0;         // stream threads set up and waiting for the start
+  bool started_ = false;  // the start barrier passed; origin_ is set
   std::condition_variable changed_;
   std::vector<char> done_;
   std::size_t finished_ = 0;
@@ -189,6 +223,7 @@ std::string encode(const RankRecord& record) {
   nlohmann::json doc;
   doc["rank"] = record.rank;
   doc["gemm_flops_per_second"] = record.gemm_flops_per_second;
+  doc["memory_bytes_per_second"] = record.memory_bytes_per_second;
   doc["wall_seconds"] = record.wall_seconds;
   nlohmann::json timings = nlohmann::json::array();
   for (const core::OpTiming& t : record.timings) timings.push_back({t.issue, t.start, t.end});
@@ -202,6 +237,7 @@ RankRecord decode_record(const std::string& text) {
   RankRecord record;
   record.rank = doc.at("rank").get<int>();
   record.gemm_flops_per_second = doc.at("gemm_flops_per_second").get<double>();
+  record.memory_bytes_per_second = doc.value("memory_bytes_per_second", 0.0);
   record.wall_seconds = doc.at("wall_seconds").get<double>();
   for (const auto& t : doc.at("timings"))
     record.timings.push_back({t.at(0).get<double>(), t.at(1).get<double>(), t.at(2).get<double>()});

@@ -96,8 +96,12 @@ void expect_consistent(const core::Program& program, const core::RunResult& resu
 TEST(Executor, SeedDdpRunsEveryOpInOrder) {
   const core::Program program = planned("zoo:Net", "builtin:ddp");
   const auto records = run_threads(program, exec::ComputeMode::gemm);
-  expect_consistent(program, exec::assemble(program, records, "gloo", "test host"));
+  const core::RunResult result = exec::assemble(program, records, "gloo", "test host");
+  expect_consistent(program, result);
+  // Both rates a cpu platform is calibrated from are measured and reported.
   EXPECT_GT(records[0].gemm_flops_per_second, 0);
+  EXPECT_GT(records[0].memory_bytes_per_second, 0);
+  EXPECT_EQ(result.extra["memory_gbps_per_rank"].size(), 2u);
 }
 
 // Two mesh dims (dp x tp): tensor-parallel and FSDP collectives on their own sub-groups.
@@ -113,11 +117,13 @@ TEST(Executor, RecordsRoundTripAndMismatchesAreRejected) {
   record.timings = {{0.5, 0.75, 1.25}};
   record.algorithms = {"gloo ring"};
   record.gemm_flops_per_second = 3e9;
+  record.memory_bytes_per_second = 2e10;
   record.wall_seconds = 2;
   const exec::RankRecord back = exec::decode_record(exec::encode(record));
   EXPECT_EQ(back.rank, 1);
   EXPECT_EQ(back.timings[0].start, 0.75);
   EXPECT_EQ(back.algorithms, record.algorithms);
+  EXPECT_EQ(back.memory_bytes_per_second, 2e10);
   const core::Program program = planned("zoo:Net", "builtin:ddp", 1);
   EXPECT_THROW(exec::assemble(program, {record}, "gloo", "x"), core::InputError);
 }

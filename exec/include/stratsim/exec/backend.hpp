@@ -42,9 +42,14 @@ class StreamResources {
   // grows as needed, keeps its contents otherwise.
   virtual std::span<std::byte> buffer(int slot, std::size_t bytes) = 0;
   // Real work of `flops` floating-point operations, done when it returns.
-  virtual void compute(double flops) = 0;
+  // Real work of `flops` floating-point operations that reads and writes `bytes` of memory,
+  // done when it returns. Backends that cannot honour the bytes (NCCL today) run the FLOPs.
+  virtual void compute(double flops, double bytes) = 0;
   // Sustained FLOP/s of compute(), measured: what the calibrated wait sleeps by.
   virtual double calibrate() = 0;
+  // Sustained memory bandwidth in bytes/s, measured (0 when the backend does not measure it):
+  // with calibrate(), the roofline a calibrated wait follows and a simulated platform is set from.
+  virtual double memory_bandwidth() { return 0; }
 };
 
 class Backend {

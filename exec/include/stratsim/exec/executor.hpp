@@ -42,6 +42,7 @@ struct RankRecord {
   std::vector<core::OpTiming> timings;  // per op id: issue = start = entering the op, end = leaving it
   std::vector<std::string> algorithms;  // per op id: what the library ran ("" for compute)
   double gemm_flops_per_second = 0;     // this rank's calibrated GEMM rate
+  double memory_bytes_per_second = 0;   // this rank's measured memory bandwidth (0: not measured)
   double wall_seconds = 0;              // origin to the last op's end
 };
 
