@@ -172,6 +172,7 @@ class Planner {
   void grad_ready(int param, int producer);
   void tp_input_hook(int m, Activation& act, Mode mode);
   void record_tp_boundary(int m, int rank);
+  std::vector<bool> used_in_forward_;  // per parameter: some forward step reads it
   void tp_output_hook(int m, Activation& act, Mode mode);
 
   void ddp_pre_forward(DdpInstance& ddp);
@@ -510,6 +511,19 @@ void Planner::build_unit(int module, const FullyShardStep& step, const std::vect
 }
 
 void Planner::finish_setup() {
+  used_in_forward_.assign(model_.params.size(), false);
+  auto visit = [&](auto&& self, int m) -> void {
+    const Module& module = model_.modules[m];
+    if (module.leaf != LeafKind::container) {
+      for (int p : module.params) used_in_forward_[p] = true;
+      return;
+    }
+    for (const ForwardStep& step : module.forward) {
+      if (step.kind == ForwardStep::Kind::child) self(self, step.index);
+      else used_in_forward_[step.index] = true;
+    }
+  };
+  visit(visit, 0);
   collect_ddp_params();
   // A unit is a root when no ancestor unit's lazy init reaches it (composable fully_shard). The
   // root marks the states it finds with _get_fsdp_states_with_modules, which does not descend
@@ -1454,7 +1468,11 @@ void Planner::run_iteration() {
   for (FsdpUnit& unit : units_) {
     unit.backward_pre_done = false;
     unit.prefetched = false;
-    unit.pending_grads = static_cast<int>(unit.params.size());
+    // The flat parameter's post-backward hook fires once the gradients of the parameters the
+    // forward used are in: an unused parameter never gets one, and must not hold the
+    // reduce-scatter back (FSDP1's hook sits on the FlatParameter's AccumulateGrad).
+    unit.pending_grads = static_cast<int>(
+        std::count_if(unit.params.begin(), unit.params.end(), [&](int p) { return used_in_forward_[p]; }));
     unit.post_forward_order = -1;
   }
   if (iteration_ == 1) sync_module_states();

@@ -338,6 +338,24 @@ TEST(PlannerVector14, FullShardSingleLinear) {
   }
 }
 
+// A parameter the forward never reads does not hold its unit's reduce-scatter back: FSDP1's
+// post-backward hook sits on the FlatParameter's AccumulateGrad, which the used views reach.
+TEST(PlannerVector14, UnusedParameterStillReducesItsUnit) {
+  const Model model =
+      model_from_json({{"name", "M"},
+                       {"modules",
+                        {{{"name", "a"}, {"type", "Linear"}, {"in_features", 10}, {"out_features", 10}},
+                         {{"name", "b"}, {"type", "Linear"}, {"in_features", 10}, {"out_features", 10}}}},
+                       {"forward", {"a"}}});
+  const PlanResult r = run_plan(model, R"({"world_size":4,"iterations":2,"steps":[{"fully_shard":{"module":""}}]})");
+  ASSERT_EQ(r.fsdp.size(), 1u);
+  EXPECT_EQ(r.fsdp[0].numel, 220);  // b's parameters are flattened too
+  for (const IterationRecord& it : r.iterations) {
+    EXPECT_EQ(select(it, op("c10d._allgather_base_")).size(), 1u) << describe(it);
+    ASSERT_EQ(select(it, op("c10d._reduce_scatter_base_")).size(), 1u) << describe(it);
+  }
+}
+
 namespace {
 std::string seq_fsdp_plan(const std::string& strategy, int iterations = 2, int accumulation = 1) {
   return "{\"world_size\":4,\"iterations\":" + std::to_string(iterations) +
