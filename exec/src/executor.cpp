@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -50,14 +51,25 @@ class RankExecutor {
       std::unique_lock lock(mutex_);
       changed_.wait(lock, [&] { return ready_ == streams; });
     }
-    if (error_.empty()) backend_.barrier();
+    // A peer that never reaches the barrier throws here: the stream threads are released to
+    // return (error_ set) and joined before the error leaves, or their destructors would abort.
+    std::exception_ptr failure;
+    if (error_.empty()) {
+      try {
+        backend_.barrier();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
     {
       std::lock_guard lock(mutex_);
       origin_ = Clock::now();
       started_ = true;
+      if (failure && error_.empty()) error_ = "the start barrier failed";
     }
     changed_.notify_all();
     for (std::thread& thread : threads) thread.join();
+    if (failure) std::rethrow_exception(failure);
     if (!error_.empty()) throw CommError(error_);
     record_.wall_seconds = seconds_since(origin_);
     backend_.barrier();

@@ -225,6 +225,21 @@ TEST(RunCli, AHungRankIsNamedAndKilledAfterTheTimeout) {
   expect_reaped(ranks);
 }
 
+// Stopped as soon as it exists: the others may be in the rendezvous, connecting, or at the start
+// barrier. Whichever, they fail cleanly (no abort) and the launcher names the hung rank.
+TEST(RunCli, ARankHungAtStartupIsNamedToo) {
+  LongRun run("hang_start", "2", std::chrono::seconds(0));
+  auto& [plan, launcher, ranks] = run;
+  ASSERT_EQ(ranks.size(), 3u);
+  ::kill(ranks[2], SIGSTOP);
+  EXPECT_EQ(launcher.wait(std::chrono::seconds(30)), 1) << launcher.err();
+  const std::string err = launcher.err();
+  EXPECT_NE(err.find("rank 2 (pid " + std::to_string(ranks[2]) + ") hung"), std::string::npos) << err;
+  EXPECT_EQ(err.find("terminate called"), std::string::npos) << err;
+  EXPECT_EQ(err.find("signal 6"), std::string::npos) << err;
+  expect_reaped(ranks);
+}
+
 TEST(RunCli, CtrlCStopsEveryRank) {
   LongRun run("int", "30", std::chrono::seconds(1));
   auto& [plan, launcher, ranks] = run;

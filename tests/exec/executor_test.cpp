@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -109,6 +110,40 @@ TEST(Executor, TwoDimensionalMeshRunsOnSubGroups) {
   const core::Program program = planned("zoo:TestModel", "builtin:fsdp-tp");
   const auto records = run_threads(program, exec::ComputeMode::wait);
   expect_consistent(program, exec::assemble(program, records, "gloo", "test host"));
+}
+
+// A backend whose start barrier fails, as when a peer never arrives: the error must leave
+// execute() as a CommError after the stream threads are joined (a joinable thread destroyed by
+// the unwinding would abort the process instead).
+class BarrierFails : public exec::Backend {
+ public:
+  explicit BarrierFails(std::unique_ptr<exec::Backend> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  std::unique_ptr<exec::Communicator> communicator(const std::string& key, const std::vector<int>& members) override {
+    return inner_->communicator(key, members);
+  }
+  std::unique_ptr<exec::StreamResources> stream_resources() override { return inner_->stream_resources(); }
+  void barrier() override { throw exec::CommError("barrier: Timed out waiting for rank 1"); }
+  void publish(const std::string& key, const std::string& value) override { inner_->publish(key, value); }
+  std::string fetch(const std::string& key) override { return inner_->fetch(key); }
+
+ private:
+  std::unique_ptr<exec::Backend> inner_;
+};
+
+TEST(Executor, AFailedStartBarrierIsAnErrorNotAnAbort) {
+  std::string dir = (std::filesystem::temp_directory_path() / "stratsim-exec-barrier-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string plan = dir + "/plan.json";
+  std::ofstream(plan) << R"({"world_size": 1, "batch_size": 1, "steps": [{"replicate": {"module": ""}}]})";
+  const core::Program program = planned("zoo:ReplicateNet", plan, 1);
+  BarrierFails backend(exec::make_gloo_backend(exec::parse_rendezvous("file:" + dir, "t"), 0, 1, {}));
+  exec::ExecOptions options;
+  options.compute = exec::ComputeMode::skip;
+  EXPECT_THROW(exec::execute(program, backend, options), exec::CommError);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Executor, RecordsRoundTripAndMismatchesAreRejected) {
