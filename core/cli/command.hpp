@@ -46,5 +46,8 @@ struct RunOutputs {
 // Analyses the run, renders everything, then writes all of it or nothing.
 void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
                        const core::Workload& workload);
+// The same with a report the caller rendered (stratsim run --train's parity report).
+void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
+                       const std::string& report);
 
 }  // namespace stratsim::cli

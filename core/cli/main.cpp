@@ -54,8 +54,13 @@ void write_all_or_nothing(const std::vector<std::pair<std::string, std::string>>
 void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
                        const core::Workload& workload) {
   const core::Analysis analysis = core::analyse(program, result, workload);
-  const std::string report = outputs.json ? core::json_report(program, result, analysis).dump(2) + "\n"
-                                          : core::text_report(program, result, analysis);
+  write_run_outputs(outputs, program, result,
+                    outputs.json ? core::json_report(program, result, analysis).dump(2) + "\n"
+                                 : core::text_report(program, result, analysis));
+}
+
+void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
+                       const std::string& report) {
   std::vector<std::pair<std::string, std::string>> files;
   if (!outputs.trace.empty()) files.emplace_back(outputs.trace, core::chrome_trace(program, result));
   if (!outputs.timeline.empty())

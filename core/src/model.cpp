@@ -48,6 +48,20 @@ std::int64_t Model::subtree_numel(int module) const {
 
 std::int64_t Model::total_numel() const { return subtree_numel(0); }
 
+std::vector<ForwardStep> flat_forward(const Model& model) {
+  std::vector<ForwardStep> steps;
+  auto visit = [&](auto&& self, int m) -> void {
+    const Module& module = model.modules[m];
+    if (module.leaf != LeafKind::container) return steps.push_back({ForwardStep::Kind::child, m});
+    for (const ForwardStep& step : module.forward) {
+      if (step.kind == ForwardStep::Kind::child) self(self, step.index);
+      else steps.push_back(step);
+    }
+  };
+  if (!model.modules.empty()) visit(visit, 0);
+  return steps;
+}
+
 std::string join_fqn(std::string_view prefix, std::string_view name) {
   if (prefix.empty()) return std::string(name);
   if (name.empty()) return std::string(prefix);

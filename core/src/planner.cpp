@@ -171,7 +171,10 @@ class Planner {
   void forward_param_matmul(int p, Activation& act, Mode mode);
   void grad_ready(int param, int producer);
   void tp_input_hook(int m, Activation& act, Mode mode);
-  void record_tp_boundary(int m, int rank);
+  // The layout module m's input is declared in and the one its style computes on (normalised to
+  // an activation of `rank` dims).
+  TpBoundary tp_boundary(int m, int rank) const;
+  void record_tp_boundary(const TpBoundary& boundary);
   std::vector<bool> used_in_forward_;  // per parameter: some forward step reads it
   void tp_output_hook(int m, Activation& act, Mode mode);
 
@@ -512,18 +515,11 @@ void Planner::build_unit(int module, const FullyShardStep& step, const std::vect
 
 void Planner::finish_setup() {
   used_in_forward_.assign(model_.params.size(), false);
-  auto visit = [&](auto&& self, int m) -> void {
-    const Module& module = model_.modules[m];
-    if (module.leaf != LeafKind::container) {
-      for (int p : module.params) used_in_forward_[p] = true;
-      return;
-    }
-    for (const ForwardStep& step : module.forward) {
-      if (step.kind == ForwardStep::Kind::child) self(self, step.index);
-      else used_in_forward_[step.index] = true;
-    }
-  };
-  visit(visit, 0);
+  for (const ForwardStep& step : flat_forward(model_)) {
+    if (step.kind == ForwardStep::Kind::param_matmul) used_in_forward_[step.index] = true;
+    else
+      for (int p : model_.modules[step.index].params) used_in_forward_[p] = true;
+  }
   collect_ddp_params();
   // A unit is a root when no ancestor unit's lazy init reaches it (composable fully_shard). The
   // root marks the states it finds with _get_fsdp_states_with_modules, which does not descend
@@ -948,20 +944,25 @@ void Planner::forward_param_matmul(int p, Activation& act, Mode mode) {
 // The layout a DTensor boundary declares for its input (input_layouts / distribute_module's
 // from_local) and the one its style computes on. The first boundary in forward order also says
 // how the model input is laid out: every module before it passes the rows through unchanged.
-void Planner::record_tp_boundary(int m, int rank) {
+TpBoundary Planner::tp_boundary(int m, int rank) const {
   const TPState& tp = tp_[m];
   const bool colwise = tp.parallel && tp.spec.style == TPStyle::colwise;
   const bool embedding = model_.modules[m].leaf == LeafKind::embedding;
   const Placement default_layout = tp.distributed || colwise ? Placement::replicate() : Placement::shard(-1);
   const Placement declared =
       (tp.distributed ? tp.input_layout : tp.spec.input_layout).value_or(default_layout).normalized(rank);
+  // RowwiseParallel wants Shard(-1) for Linear but Replicate (token ids) for Embedding.
   const Placement desired = tp.distributed ? declared
                             : colwise || embedding ? Placement::replicate()
                                                    : Placement::shard(-1).normalized(rank);
-  result_.tp_inputs.push_back({m, declared, desired});
+  return {m, declared, desired};
+}
+
+void Planner::record_tp_boundary(const TpBoundary& boundary) {
+  result_.tp_inputs.push_back(boundary);
   if (result_.tp_inputs.size() == 1) {
-    result_.input_placement = declared;
-    result_.input_dims = tp.dims;
+    result_.input_placement = boundary.declared;
+    result_.input_dims = tp_[boundary.module].dims;
   }
 }
 
@@ -969,7 +970,8 @@ void Planner::record_tp_boundary(int m, int rank) {
 void Planner::tp_input_hook(int m, Activation& act, Mode mode) {
   const TPState& tp = tp_[m];
   if (!tp.parallel && !tp.distributed) return;
-  if (mode != Mode::replay && iteration_ == 1) record_tp_boundary(m, act.rank());
+  const TpBoundary boundary = tp_boundary(m, act.rank());
+  if (mode != Mode::replay && iteration_ == 1) record_tp_boundary(boundary);
   const Phase phase = mode == Mode::replay ? Phase::recompute : Phase::forward;
   const int size = mesh_.group_size(tp.dims);
   const std::string& fqn = model_.modules[m].fqn;
@@ -980,19 +982,14 @@ void Planner::tp_input_hook(int m, Activation& act, Mode mode) {
   }
   const bool colwise = tp.spec.style == TPStyle::colwise;
   const Module& module = model_.modules[m];
-  const Placement layout = tp.spec.input_layout.value_or(colwise ? Placement::replicate() : Placement::shard(-1));
-  // RowwiseParallel wants Shard(-1) for Linear but Replicate (token ids) for Embedding.
-  const Placement desired =
-      colwise || module.leaf == LeafKind::embedding ? Placement::replicate() : Placement::shard(-1);
   const int rank = act.rank();
+  const Placement src = boundary.declared, dst = boundary.desired;
   if (module.leaf == LeafKind::linear) {
     // Branching blocks (wq/wk/wv read the same input) make the running width unreliable: take
     // the layer's in_features, local under a Shard(-1) input layout.
-    const Placement normalized = layout.normalized(rank);
-    const bool sharded_features = normalized.is_shard() && normalized.dim == rank - 1;
+    const bool sharded_features = src.is_shard() && src.dim == rank - 1;
     act.shape.back() = sharded_features ? ceil_div(module.in_features, size) : module.in_features;
   }
-  const Placement src = layout.normalized(rank), dst = desired.normalized(rank);
   const RedistributeOp forward_op = redistribute_op(src, dst, rank);
   Activation before = act;
   if (forward_op != RedistributeOp::none) {

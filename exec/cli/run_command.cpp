@@ -26,7 +26,6 @@
 #include "stratsim/core/plan.hpp"
 #include "stratsim/core/planner.hpp"
 #include "stratsim/core/run_analysis.hpp"
-#include "stratsim/core/trace.hpp"
 #include "stratsim/exec/backend.hpp"
 #include "stratsim/exec/executor.hpp"
 #include "stratsim/exec/launcher.hpp"
@@ -156,13 +155,7 @@ int train_rank(const RunArgs& args, exec::Backend& backend, const Planned& plann
   for (const exec::TrainRecord& r : records) timings.push_back(r.timing);
   const core::RunResult result =
       exec::assemble(planned.result.program, timings, backend.name(), host_description(backend, args) + ", training");
-  std::vector<std::pair<std::string, std::string>> files;
-  if (!args.trace.empty()) files.emplace_back(args.trace, core::chrome_trace(planned.result.program, result));
-  if (!args.timeline.empty())
-    files.emplace_back(args.timeline, core::timeline_json(planned.result.program, result).dump() + "\n");
-  if (!args.output.empty()) files.emplace_back(args.output, report);
-  write_all_or_nothing(files);
-  if (args.output.empty()) std::cout << report << std::flush;
+  write_run_outputs({args.json, args.output, args.trace, args.timeline}, planned.result.program, result, report);
   if (!summary.passed) std::cerr << "stratsim run --train: parity with local training FAILED\n" << std::flush;
   return summary.passed ? 0 : 1;
 }

@@ -99,7 +99,8 @@ class RankExecutor {
       resources = backend_.stream_resources();
       if (stream == 0) {
         record_.gemm_flops_per_second = resources->calibrate();
-        record_.memory_bytes_per_second = resources->memory_bandwidth();
+        // Touches the streamed memory too; a run without compute needs neither.
+        if (options_.compute != ComputeMode::skip) record_.memory_bytes_per_second = resources->memory_bandwidth();
       }
     } catch (const std::exception& error) {
       fail(fmt::format("rank {}: {}", backend_.rank(), error.what()));

@@ -187,11 +187,11 @@ class Trainer {
       param_index_.emplace(model_.params[p].fqn, static_cast<int>(p));
     plan_reshard_after_forward();
     // A boundary on a container is checked where its input first meets a leaf.
-    const std::vector<int> leaves = leaves_in_forward_order();
+    const std::vector<core::ForwardStep> steps = core::flat_forward(model_);
     for (const core::TpBoundary& boundary : planned_.tp_inputs)
-      for (int leaf : leaves)
-        if (model_.in_subtree(leaf, boundary.module)) {
-          boundaries_[leaf].push_back(boundary);
+      for (const core::ForwardStep& step : steps)
+        if (step.kind == core::ForwardStep::Kind::child && model_.in_subtree(step.index, boundary.module)) {
+          boundaries_[step.index].push_back(boundary);
           break;
         }
   }
@@ -203,31 +203,33 @@ class Trainer {
     const std::vector<int> coordinate = program_.mesh.coordinate(rank_);
     for (std::size_t p = 0; p < params_.size(); ++p) {
       const core::ParamLayout& layout = planned_.params[p];
-      std::vector<int> dims;
-      if (layout.ddp >= 0 && planned_.ddp[layout.ddp].init_sync) dims = planned_.ddp[layout.ddp].group_dims;
-      if (layout.fsdp_unit >= 0 && planned_.fsdp[layout.fsdp_unit].sync_module_states) {
-        dims = planned_.fsdp[layout.fsdp_unit].group_dims;
-        const std::vector<int>& replicas = planned_.fsdp[layout.fsdp_unit].replicate_dims;
-        dims.insert(dims.end(), replicas.begin(), replicas.end());
-      }
+      const bool synced = (layout.ddp >= 0 && planned_.ddp[layout.ddp].init_sync) ||
+                          (layout.fsdp_unit >= 0 && planned_.fsdp[layout.fsdp_unit].sync_module_states);
+      const std::vector<int> dims = synced ? wrapper_dims(static_cast<int>(p)) : std::vector<int>{};
       if (std::any_of(dims.begin(), dims.end(), [&](int d) { return coordinate[d] != 0; })) params_[p] *= 2.0f;
     }
+  }
+
+  // The mesh dims parameter p's data-parallel wrapper spans: DDP's group, or FSDP's shard and
+  // replicate groups; none without a wrapper.
+  std::vector<int> wrapper_dims(int p) const {
+    const core::ParamLayout& layout = planned_.params[p];
+    if (layout.ddp >= 0) return planned_.ddp[layout.ddp].group_dims;
+    if (layout.fsdp_unit < 0) return {};
+    std::vector<int> dims = planned_.fsdp[layout.fsdp_unit].group_dims;
+    const std::vector<int>& replicas = planned_.fsdp[layout.fsdp_unit].replicate_dims;
+    dims.insert(dims.end(), replicas.begin(), replicas.end());
+    return dims;
   }
 
   // FULL_SHARD and HYBRID_SHARD free a non-root unit's parameters when its forward returns
   // (_post_forward_reshard): poison them after the unit's last forward step, so backward reads
   // them only through the program's pre-backward all-gather.
   void plan_reshard_after_forward() {
-    std::vector<int> steps;  // forward order: leaf module m, or -(p + 1) for a matmul of parameter p
-    auto visit = [&](auto&& self, int m) -> void {
-      const core::Module& module = model_.modules[m];
-      if (module.leaf != core::LeafKind::container) return steps.push_back(m);
-      for (const core::ForwardStep& step : module.forward) {
-        if (step.kind == core::ForwardStep::Kind::child) self(self, step.index);
-        else steps.push_back(-(step.index + 1));
-      }
-    };
-    visit(visit, 0);
+    // Forward order as after_forward_step keys it: leaf module m, or -(p + 1) for a matmul of p.
+    std::vector<int> steps;
+    for (const core::ForwardStep& step : core::flat_forward(model_))
+      steps.push_back(step.kind == core::ForwardStep::Kind::child ? step.index : -(step.index + 1));
     for (std::size_t u = 0; u < units_.size(); ++u) {
       const core::FsdpUnitReport& report = *units_[u].report;
       const bool frees = report.strategy == core::ShardingStrategy::full_shard ||
@@ -251,21 +253,6 @@ class Trainer {
     auto it = reshard_after_.find(step);
     if (it == reshard_after_.end()) return;
     for (int u : it->second) poison(units_[u]);
-  }
-
-  std::vector<int> leaves_in_forward_order() const {
-    std::vector<int> out;
-    auto visit = [&](auto&& self, int m) -> void {
-      const core::Module& module = model_.modules[m];
-      if (module.leaf != core::LeafKind::container) {
-        out.push_back(m);
-        return;
-      }
-      for (const core::ForwardStep& step : module.forward)
-        if (step.kind == core::ForwardStep::Kind::child) self(self, step.index);
-    };
-    visit(visit, 0);
-    return out;
   }
 
   void add_data_dims(const std::vector<int>& dims) {
@@ -957,7 +944,8 @@ class Trainer {
     for (const core::ProgramOp& op : program_.ops)
       if (op.role == OpRole::optimizer) optimizer_after.push_back(op.iteration);
     const train::ReferenceRun reference = train::train_reference(
-        model_, plan_.optimizer, options_.seed, program_.iterations, replica_rows_ * dp_, optimizer_after);
+        model_, plan_.optimizer, options_.seed, program_.iterations, replica_rows_ * dp_, optimizer_after,
+        /*record_grads=*/false);
     record_.global_rows = replica_rows_ * dp_;
     record_.output_features = output_features_;
     record_.optimizer_after = optimizer_after;
@@ -987,14 +975,7 @@ class Trainer {
   // the batch over "rep" too), or none (ignored_modules), diverges across replicas by design.
   bool synchronised(int p) const {
     if (dp_ == 1 || !model_.params[p].requires_grad) return true;
-    const core::ParamLayout& layout = planned_.params[p];
-    std::vector<int> covered;
-    if (layout.ddp >= 0) covered = planned_.ddp[layout.ddp].group_dims;
-    if (layout.fsdp_unit >= 0) {
-      covered = planned_.fsdp[layout.fsdp_unit].group_dims;
-      const std::vector<int>& replicas = planned_.fsdp[layout.fsdp_unit].replicate_dims;
-      covered.insert(covered.end(), replicas.begin(), replicas.end());
-    }
+    const std::vector<int> covered = wrapper_dims(p);
     return std::all_of(data_dims_.begin(), data_dims_.end(),
                        [&](int d) { return std::find(covered.begin(), covered.end(), d) != covered.end(); });
   }

@@ -313,22 +313,17 @@ class WidthCheck {
 
   std::string run() {
     width_ = model_.input_features;
-    return walk(0);
+    for (const ForwardStep& step : core::flat_forward(model_)) {
+      std::string reason = step.kind == ForwardStep::Kind::child ? leaf(step.index)
+                                                                 : matmul(model_.params[step.index].module, step.index);
+      if (!reason.empty()) return reason;
+    }
+    return "";
   }
 
  private:
   const Model& model_;
   std::int64_t width_ = 0;
-
-  std::string walk(int index) {
-    const Module& m = model_.modules[index];
-    if (m.leaf != LeafKind::container) return leaf(index);
-    for (const ForwardStep& step : m.forward) {
-      std::string reason = step.kind == ForwardStep::Kind::child ? walk(step.index) : matmul(index, step.index);
-      if (!reason.empty()) return reason;
-    }
-    return "";
-  }
 
   std::string leaf(int index) {
     const Module& m = model_.modules[index];
@@ -435,7 +430,14 @@ class ModelRunner {
 
   Matrix forward(Matrix x) {
     tape_.clear();
-    return run(0, std::move(x));
+    for (const ForwardStep& step : core::flat_forward(model_)) {
+      const bool matmul = step.kind == ForwardStep::Kind::param_matmul;
+      Matrix y = matmul ? param_matmul_forward(params_[step.index], x)
+                        : leaf_forward(model_.modules[step.index], module_params(model_.modules[step.index]), x);
+      tape_.push_back({matmul, step.index, std::move(x)});
+      x = std::move(y);
+    }
+    return x;
   }
 
   // Adds every parameter gradient into `grads` (null: no gradient) and marks it in `reached`.
@@ -471,25 +473,6 @@ class ModelRunner {
     std::vector<const Matrix*> out;
     for (int p : m.params) out.push_back(&params_[p]);
     return out;
-  }
-
-  Matrix run(int index, Matrix x) {
-    const Module& m = model_.modules[index];
-    if (m.leaf != LeafKind::container) {
-      Matrix y = leaf_forward(m, module_params(m), x);
-      tape_.push_back({false, index, std::move(x)});
-      return y;
-    }
-    for (const ForwardStep& step : m.forward) {
-      if (step.kind == ForwardStep::Kind::child) {
-        x = run(step.index, std::move(x));
-      } else {
-        Matrix y = param_matmul_forward(params_[step.index], x);
-        tape_.push_back({true, step.index, std::move(x)});
-        x = std::move(y);
-      }
-    }
-    return x;
   }
 };
 
@@ -649,7 +632,8 @@ void optimizer_step(const core::OptimizerConfig& config, std::span<float> param,
 }
 
 ReferenceRun train_reference(const core::Model& model, const core::OptimizerConfig& optimizer, std::uint64_t seed,
-                             int iterations, std::int64_t global_rows, const std::vector<int>& optimizer_after) {
+                             int iterations, std::int64_t global_rows, const std::vector<int>& optimizer_after,
+                             bool record_grads) {
   if (std::string reason = unsupported_reason(model); !reason.empty()) throw std::invalid_argument(reason);
   require(global_rows > 0, "the reference needs at least one row");
   const std::int64_t outputs = output_features(model);
@@ -672,7 +656,7 @@ ReferenceRun train_reference(const core::Model& model, const core::OptimizerConf
     const Matrix t = target_rows(seed, it, 0, global_rows, outputs);
     run.losses.push_back(squared_error(y, t) * scale);
     runner.backward(squared_error_grad(y, t, scale), grad_slots, reached);
-    run.grads.push_back(grads);
+    if (record_grads) run.grads.push_back(grads);
     if (std::find(optimizer_after.begin(), optimizer_after.end(), it) == optimizer_after.end()) continue;
     // optimizer.step() skips parameters whose grad is None; zero_grad(set_to_none=True) after it.
     for (std::size_t p = 0; p < model.params.size(); ++p)
@@ -687,16 +671,13 @@ ReferenceRun train_reference(const core::Model& model, const core::OptimizerConf
 
 std::int64_t output_features(const core::Model& model) {
   std::int64_t width = model.input_features;
-  // Pre-order recursion over the forward steps, as the forward itself runs.
-  auto walk = [&](auto& self, int index) -> void {
-    const Module& m = model.modules[index];
-    if (m.leaf == LeafKind::linear) width = m.out_features;
-    for (const ForwardStep& step : m.forward) {
-      if (step.kind == ForwardStep::Kind::child) self(self, step.index);
-      else if (model.params[step.index].shape.size() == 2) width = model.params[step.index].shape[1];
+  for (const ForwardStep& step : core::flat_forward(model)) {
+    if (step.kind == ForwardStep::Kind::param_matmul) {
+      if (model.params[step.index].shape.size() == 2) width = model.params[step.index].shape[1];
+    } else if (model.modules[step.index].leaf == LeafKind::linear) {
+      width = model.modules[step.index].out_features;
     }
-  };
-  walk(walk, 0);
+  }
   return width;
 }
 

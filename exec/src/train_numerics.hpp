@@ -90,9 +90,11 @@ struct ReferenceRun {
 // Runs `iterations` micro-steps of `global_rows` rows each; the optimizer steps after the
 // micro-steps listed in `optimizer_after` (1-based; gradients accumulate in between and are zeroed
 // after each step, as zero_grad(set_to_none=True)). Loss: mean squared error over all rows and
-// output features.
+// output features. `record_grads` = false leaves ReferenceRun::grads empty (a copy of every
+// gradient per micro-step the parity check does not need).
 ReferenceRun train_reference(const core::Model& model, const core::OptimizerConfig& optimizer, std::uint64_t seed,
-                             int iterations, std::int64_t global_rows, const std::vector<int>& optimizer_after);
+                             int iterations, std::int64_t global_rows, const std::vector<int>& optimizer_after,
+                             bool record_grads = true);
 
 // The model's output width: the running width after the forward (Linear sets out_features, a
 // parameter matmul its parameter's columns), starting from input_features.

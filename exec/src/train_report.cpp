@@ -23,21 +23,16 @@ namespace {
 std::string forward_use_reason(const core::Model& model) {
   std::vector<int> uses(model.modules.size(), 0);
   std::vector<bool> used(model.params.size(), false);
-  auto visit = [&](auto&& self, int m) -> void {
-    const core::Module& module = model.modules[m];
-    ++uses[m];
-    if (module.leaf != core::LeafKind::container) {
-      for (int p : module.params) used[p] = true;
-      return;
+  for (const core::ForwardStep& step : core::flat_forward(model)) {
+    if (step.kind == core::ForwardStep::Kind::param_matmul) {
+      used[step.index] = true;
+      continue;
     }
-    for (const core::ForwardStep& step : module.forward) {
-      if (step.kind == core::ForwardStep::Kind::child) self(self, step.index);
-      else used[step.index] = true;
-    }
-  };
-  visit(visit, 0);
+    ++uses[step.index];
+    for (int p : model.modules[step.index].params) used[p] = true;
+  }
   for (std::size_t m = 0; m < model.modules.size(); ++m)
-    if (uses[m] > 1 && model.modules[m].leaf != core::LeafKind::container)
+    if (uses[m] > 1)
       return fmt::format("module \"{}\" runs {} times in one forward; --train keeps one saved input per module",
                          model.modules[m].fqn, uses[m]);
   for (std::size_t p = 0; p < model.params.size(); ++p)

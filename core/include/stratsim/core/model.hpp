@@ -93,6 +93,10 @@ struct Model {
   std::int64_t total_numel() const;
 };
 
+// The forward with containers flattened, in execution order: `child` steps name leaf modules,
+// `param_matmul` steps a container's own parameter. What every walk over the forward needs.
+std::vector<ForwardStep> flat_forward(const Model& model);
+
 // Joins a prefix and a name the way named_modules() does ("" + "fc1" = "fc1").
 std::string join_fqn(std::string_view prefix, std::string_view name);
 
