@@ -71,6 +71,13 @@ struct Activation {
   int rank() const { return static_cast<int>(shape.size()); }
 };
 
+// Bytes of `tensor` with dimension `dim` padded to a multiple of `chunks`.
+std::int64_t padded_bytes(const Activation& tensor, int dim, int chunks) {
+  const std::int64_t extent = tensor.shape[static_cast<std::size_t>(dim)];
+  if (extent == 0) return 0;
+  return tensor.bytes() / extent * (ceil_div(extent, chunks) * chunks);
+}
+
 struct LeafCost {
   double forward_flops = 0, backward_flops = 0;
   std::int64_t forward_bytes = 0, backward_bytes = 0, saved_bytes = 0;
@@ -668,6 +675,10 @@ int Planner::emit_redistribute(RedistributeOp op, const Activation& tensor, OpRo
                                const std::vector<int>& dims, Phase phase, int module, const std::string& reason) {
   const int size = mesh_.group_size(dims);
   const std::int64_t local = tensor.bytes();
+  // A reduce-scatter or all-to-all onto Shard(d) sends dimension d padded to size * ceil(n / size),
+  // as DTensor pads uneven shards before the collective (Shard._reduce_shard_tensor and
+  // _to_new_shard_dim); an all-gather's local shard is already the padded chunk.
+  const std::int64_t padded = to.is_shard() ? padded_bytes(tensor, to.normalized(tensor.rank()).dim, size) : local;
   const std::string stream = "tp." + group_name(dims);
   const std::vector<int> deps{last_compute_};
   int id = -1;
@@ -678,15 +689,15 @@ int Planner::emit_redistribute(RedistributeOp op, const Activation& tensor, OpRo
                            local * size, tensor.dtype, stream, phase, module, reason, {}, deps);
       break;
     case RedistributeOp::reduce_scatter:
-      id = emit_collective(CollectiveKind::reduce_scatter, "c10d_functional.reduce_scatter_tensor", dims, local, local,
-                           local / size, tensor.dtype, stream, phase, module, reason, {}, deps);
+      id = emit_collective(CollectiveKind::reduce_scatter, "c10d_functional.reduce_scatter_tensor", dims, padded, padded,
+                           padded / size, tensor.dtype, stream, phase, module, reason, {}, deps);
       break;
     case RedistributeOp::all_reduce:
       id = emit_collective(CollectiveKind::all_reduce, "c10d_functional.all_reduce", dims, local, local, local,
                            tensor.dtype, stream, phase, module, reason, {}, deps);
       break;
     case RedistributeOp::all_to_all:
-      id = emit_collective(CollectiveKind::all_to_all, "c10d_functional.all_to_all_single", dims, local, local, local,
+      id = emit_collective(CollectiveKind::all_to_all, "c10d_functional.all_to_all_single", dims, padded, padded, padded,
                            tensor.dtype, stream, phase, module, reason, {}, deps);
       break;
   }

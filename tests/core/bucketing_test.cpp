@@ -87,3 +87,35 @@ TEST(ComputeBucketAssignment, EveryTensorInExactlyOneBucket) {
                 *std::min_element(r.buckets[b].begin(), r.buckets[b].end()));
   }
 }
+
+// A bucket that never filled keeps the limit its key had reached, not the last one in the list
+// (reducer.cpp appends the leftover with the key's current limit). 3 x Linear(2, 2) in ready order
+// under the default rebuild limits [1 MiB, 25 MiB]: 72 B never reach 1 MiB, so the one bucket is
+// the first bucket and its recorded limit is 1 MiB.
+TEST(ComputeBucketAssignment, LeftoverBucketKeepsItsKeysCurrentLimit) {
+  std::vector<BucketTensor> t;
+  const std::vector<int> order{5, 4, 3, 2, 1, 0};
+  for (int i : order) t.push_back({i % 2 == 0 ? 4 : 2, F, 0, false});
+  const auto r = compute_bucket_assignment_by_size(t, {kMiB, 25 * kMiB}, order);
+  EXPECT_EQ(r.buckets, (std::vector<std::vector<int>>{{5, 4, 3, 2, 1, 0}}));
+  EXPECT_EQ(r.size_limits, (std::vector<std::int64_t>{kMiB}));
+  // Two keys: the float64 key closes a bucket and moves on to 80; the float32 key never closes
+  // one, so its leftover still carries the first limit, 40.
+  const auto mixed = compute_bucket_assignment_by_size(tensors({{5, D}, {1, F}, {1, F}}), {40, 80});
+  EXPECT_EQ(mixed.buckets, (std::vector<std::vector<int>>{{0}, {1, 2}}));
+  EXPECT_EQ(mixed.size_limits, (std::vector<std::int64_t>{40, 40}));
+}
+
+// Inductor's bucket closes when the running size is no longer below the threshold (`curr <
+// threshold` keeps accumulating), so a block of exactly 1 MiB closes the first bucket alone.
+// 3 x Linear(512, 512, bias=False) in backward order: weights of 512 * 512 * 4 = 1,048,576 B each.
+// First bucket [c] (1 MiB is not < 1 MiB), then the 25 MiB cap: [b, a] (the last block closes).
+TEST(InductorFusion, ABlockOfExactlyTheThresholdClosesTheBucket) {
+  const std::int64_t weight = 512 * 512 * 4;
+  ASSERT_EQ(weight, kMiB);
+  const auto buckets = inductor_ddp_fusion({weight, weight, weight}, 25 * kMiB);
+  EXPECT_EQ(buckets, (std::vector<std::pair<int, int>>{{0, 1}, {1, 3}}));
+  // And one byte short of the threshold keeps accumulating: [c', b] | [a].
+  const auto short_by_one = inductor_ddp_fusion({weight - 1, weight, weight}, 25 * kMiB);
+  EXPECT_EQ(short_by_one, (std::vector<std::pair<int, int>>{{0, 2}, {2, 3}}));
+}

@@ -177,6 +177,15 @@ TEST(PlannerVector09, ReplicateNetSingleBucket) {
   }
 }
 
+// Same model, default cap: the rebuild's limits are [1 MiB, 25 MiB]; 72 B never close a bucket, so
+// the single rebuilt bucket is the first bucket and records the first-bucket limit, 1 MiB.
+TEST(PlannerVector09, ReplicateNetDefaultCapRebuiltLimitIsTheFirstBucketCap) {
+  const PlanResult r = run_plan("zoo:ReplicateNet", ddp_plan(2, "", "2.4"));
+  const DdpReport& ddp = r.ddp.at(0);
+  EXPECT_EQ(bucket_indices(ddp.rebuilt), (VV{{5, 4, 3, 2, 1, 0}}));
+  EXPECT_EQ(bucket_limits(ddp.rebuilt), (V64{kMiB}));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Vector 12: test_fsdp_tp_extension_grad (TestModel; TP on "tp", FSDP root unit on "dp").
 

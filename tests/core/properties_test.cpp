@@ -7,9 +7,10 @@
 // Properties:
 //  * every trainable parameter has exactly one manager: one DDP instance (and then exactly one
 //    bucket of each of its layouts) or one FSDP unit;
-//  * bytes are conserved: each DDP layout's buckets add up to the instance's parameter bytes, and
-//    so do the bucket all-reduces of every synced iteration; FSDP collectives move N, W*S or S
-//    elements of their unit;
+//  * bytes are conserved: each DDP layout's buckets add up to the instance's parameter bytes (the
+//    local tensor-parallel shards, derived from the plan, when TP is present), and so do the bucket
+//    all-reduces of every synced iteration; FSDP units hold their local shards plus alignment, and
+//    their collectives move N, W*S or S elements of the unit;
 //  * SPMD consistency: every rank issues the same (op, kind, bytes, group) sequence, each
 //    collective's group contains the planned rank and has the group's size, and a group computed
 //    from any of its members has the same members.
@@ -41,18 +42,45 @@ int group_size_by_name(const Plan& plan, const std::string& name) {
   return size;
 }
 
+// The bytes a rank holds of `param` after tensor parallelism, derived from the plan alone (not from
+// the planner's layouts): the random plans put ColwiseParallel / RowwiseParallel on Linear layers by
+// exact FQN, on mesh dim "tp". Colwise shards weight [out, in] and bias [out] on dim 0, Rowwise shards
+// the weight on dim 1 and keeps the bias replicated; a shard is ceil(n / tp) (torch.chunk's largest,
+// which the planner models for every rank).
+std::int64_t local_bytes(const Plan& plan, const Parameter& param, const std::string& module_fqn) {
+  std::int64_t numel = param.numel();
+  for (const PlanStep& step : plan.steps) {
+    const auto* tp = std::get_if<ParallelizeStep>(&step.body);
+    if (tp == nullptr) continue;
+    const int tp_size = plan.mesh.dim_size(plan.mesh.dim_index("tp"));
+    for (const auto& [name, spec] : tp->plan) {
+      if (name != module_fqn) continue;
+      const int dim = spec.style == TPStyle::colwise ? 0 : (param.name == "weight" ? 1 : -1);
+      if (dim < 0) continue;  // a Rowwise bias stays replicated
+      const std::int64_t extent = param.shape[static_cast<std::size_t>(dim)];
+      numel = numel / extent * ((extent + tp_size - 1) / tp_size);
+    }
+  }
+  return numel * dtype_size(param.dtype);
+}
+
+std::int64_t local_bytes(const Model& model, const Plan& plan, const std::string& fqn) {
+  const auto& param = model.params[static_cast<std::size_t>(model.find_param(fqn))];
+  return local_bytes(plan, param, model.modules[static_cast<std::size_t>(param.module)].fqn);
+}
+
 void check_managers(const Model& model, const PlanResult& r) {
   for (const auto& [name, list] : managers(model, r)) EXPECT_EQ(list.size(), 1u) << name;
 }
 
-void check_ddp_layouts(const Model& model, const Plan& plan, const PlanResult& r, bool tensor_parallel) {
+void check_ddp_layouts(const Model& model, const Plan& plan, const PlanResult& r) {
   for (const DdpReport& ddp : r.ddp) {
     SCOPED_TRACE("ddp " + ddp.module);
     const std::string prefix = ddp.module.empty() ? "" : ddp.module + ".";
     std::multiset<std::string> expected;
     for (const std::string& name : ddp.params) expected.insert(prefix + name);
     std::int64_t model_bytes = 0;
-    for (const std::string& name : expected) model_bytes += model.params[static_cast<std::size_t>(model.find_param(name))].bytes();
+    for (const std::string& name : expected) model_bytes += local_bytes(model, plan, name);
 
     std::vector<const std::vector<DdpBucket>*> layouts{&ddp.initial, &ddp.compiled};
     if (!ddp.rebuilt.empty()) layouts.push_back(&ddp.rebuilt);
@@ -76,9 +104,7 @@ void check_ddp_layouts(const Model& model, const Plan& plan, const PlanResult& r
       if (total < 0) total = bytes;
       EXPECT_EQ(bytes, total);  // every layout carries the same bytes
     }
-    if (!tensor_parallel) {
-      EXPECT_EQ(total, model_bytes);
-    }
+    EXPECT_EQ(total, model_bytes);  // the local (tensor-parallel) shards, when TP is present
 
     // Bucket all-reduces of each synced iteration carry exactly the instance's gradients.
     const ReplicateStep* config = nullptr;
@@ -101,18 +127,19 @@ void check_ddp_layouts(const Model& model, const Plan& plan, const PlanResult& r
   }
 }
 
-void check_fsdp_units(const Model& model, const Plan& plan, const PlanResult& r, bool tensor_parallel) {
+void check_fsdp_units(const Model& model, const Plan& plan, const PlanResult& r) {
   for (const FsdpUnitReport& unit : r.fsdp) {
     SCOPED_TRACE("fsdp unit " + unit.module);
     if (unit.params.empty()) continue;
     std::int64_t numel = 0;
     for (const std::string& name : unit.params) {
       const auto& p = model.params[static_cast<std::size_t>(model.find_param(name))];
-      numel += p.numel();
+      numel += local_bytes(model, plan, name) / dtype_size(p.dtype);
     }
-    if (!tensor_parallel) {
-      EXPECT_GE(unit.numel, numel);
-    }
+    // The flat parameter holds the local shards plus alignment padding (use_orig_params aligns
+    // each parameter to 16 bytes, under 16 elements each), never less.
+    EXPECT_GE(unit.numel, numel);
+    EXPECT_LE(unit.numel, numel + 16 * static_cast<std::int64_t>(unit.params.size()));
     const int world = group_size_by_name(plan, unit.group);
     if (unit.strategy == ShardingStrategy::no_shard) {
       EXPECT_EQ(unit.shard_numel, unit.numel);
@@ -224,8 +251,8 @@ TEST(PlannerProperties, RandomModelsAndPlans) {
     two_d += plan.mesh.ndim() == 2 ? 1 : 0;
 
     check_managers(model, r);
-    check_ddp_layouts(model, plan, r, tensor_parallel);
-    check_fsdp_units(model, plan, r, tensor_parallel);
+    check_ddp_layouts(model, plan, r);
+    check_fsdp_units(model, plan, r);
     check_ranks(model, plan, r);
     if (HasFailure()) break;  // one readable failing case is enough
   }
@@ -256,11 +283,9 @@ TEST(PlannerProperties, SeedModelsOnTwoDimensionalMeshes) {
     const Model model = load_model(model_spec);
     const Plan plan = plan_from_json(text);
     const PlanResult r = plan_training(model, plan, {0, 0});
-    bool tensor_parallel = false;
-    for (const PlanStep& step : plan.steps) tensor_parallel = tensor_parallel || std::holds_alternative<ParallelizeStep>(step.body);
     check_managers(model, r);
-    check_ddp_layouts(model, plan, r, tensor_parallel);
-    check_fsdp_units(model, plan, r, tensor_parallel);
+    check_ddp_layouts(model, plan, r);
+    check_fsdp_units(model, plan, r);
     check_ranks(model, plan, r);
   }
 }

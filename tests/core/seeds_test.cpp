@@ -538,6 +538,22 @@ TEST(SeedReplicateCompiler, Bucketing) {
   EXPECT_EQ(small.ddp.at(0).compiled.size(), 1u);
 }
 
+// The boundary case of Inductor's `curr < threshold`: 3 x Linear(512, 512, bias=False), each weight
+// exactly 1 MiB (512 * 512 * 4 B). Backward order c, b, a: c alone reaches the 1 MiB first threshold
+// and closes bucket 0; b and a stay under the 25 MiB cap and the last block closes bucket 1.
+TEST(SeedReplicateCompiler, AWeightOfExactlyOneMiBClosesTheFirstBucket) {
+  nlohmann::json doc{{"name", "ThreeSquare"}, {"modules", nlohmann::json::array()}};
+  for (const char* name : {"a", "b", "c"})
+    doc["modules"].push_back(
+        {{"name", name}, {"type", "Linear"}, {"in_features", 512}, {"out_features", 512}, {"bias", false}});
+  const PlanResult r = run_plan(model_from_json(doc), steps_plan(R"({"replicate":{"module":""}})"));
+  const auto& compiled = r.ddp.at(0).compiled;
+  ASSERT_EQ(compiled.size(), 2u);
+  EXPECT_EQ(compiled[0].params, (Names{"c.weight"}));
+  EXPECT_EQ(compiled[1].params, (Names{"b.weight", "a.weight"}));
+  EXPECT_EQ(bucket_bytes(compiled), (V64{1048576, 2097152}));
+}
+
 // Net(checkpoint=True): fc1 runs under checkpoint(use_reentrant=False). Recomputation adds compute,
 // never collectives; the ready order (and so every bucket) is unchanged.
 TEST(SeedReplicateCompiler, CheckpointedNetHasTheSameCollectives) {

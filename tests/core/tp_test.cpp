@@ -33,3 +33,31 @@ TEST(TensorParallel, LlamaBlockCollectiveSizes) {
       EXPECT_DOUBLE_EQ(op.flops, 4.0 * 1 * 8 * 8 * 32 * 0.5);
     }
 }
+
+// Uneven sharding pads to tp * ceil(n / tp), as DTensor does (placement_types.py: Shard's
+// _reduce_shard_tensor splits the Partial input with padding and concatenates it before
+// reduce_scatter_tensor; _to_replicate_tensor pads the local shard before all_gather_tensor).
+// TestModel's mlp.net2 = Linear(16, 10), RowwiseParallel with output_layouts=Shard(1) on tp = 4,
+// batch 2, fp32: the Partial output [2, 10] is padded to [2, 12] (96 B) and reduce-scattered into
+// [2, 3] shards (24 B); in backward the [2, 3] grad shard is all-gathered into [2, 12] (96 B).
+TEST(TensorParallel, UnevenReduceScatterAndAllGatherArePaddedLikeDTensor) {
+  const Model model = load_model("zoo:TestModel");
+  const auto doc = parse_document(R"J({"world_size": 4, "mesh": {"shape": [4], "dim_names": ["tp"]}, "batch_size": 2,
+    "iterations": 1,
+    "steps": [{"parallelize_module": {"module": "mlp", "mesh_dim": "tp", "plan": {
+      "net1": "colwise", "net2": {"style": "rowwise", "output_layouts": "Shard(1)"}}}}]})J",
+                                  "tp.json", false);
+  const PlanResult result = plan_training(model, parse_plan(JsonReader(doc, "tp.json")));
+  std::vector<std::string> seen;
+  for (const CollectiveRecord& c : result.iterations.back().collectives) {
+    if (c.reason.find("mlp.net2") == std::string::npos) continue;
+    seen.push_back(std::string(phase_name(c.phase)) + " " + c.op + " " + std::to_string(c.bytes));
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"forward c10d_functional.reduce_scatter_tensor 96",
+                                            "backward c10d_functional.all_gather_into_tensor 96"}));
+  for (const ProgramOp& op : result.program.ops) {
+    if (op.type != OpType::collective || op.role != OpRole::tp_output) continue;
+    EXPECT_EQ(op.input_bytes, 96) << op.name;
+    EXPECT_EQ(op.output_bytes, 24) << op.name;
+  }
+}
