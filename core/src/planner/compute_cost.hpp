@@ -1,0 +1,32 @@
+// The compute cost of a module's forward and backward: FLOPs (multiply and add counted
+// separately, 2 per MAC) and the bytes its kernels read and write, with the activation bytes it
+// saves for backward. The simulator turns these into time; the fidelity work replaces this flat
+// per-leaf model, so it lives apart from the walk.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "context.hpp"
+
+namespace stratsim::core::planner {
+
+struct LeafCost {
+  double forward_flops = 0, backward_flops = 0;
+  std::int64_t forward_bytes = 0, backward_bytes = 0, saved_bytes = 0;
+  std::string op_class;
+};
+
+// `in` is the leaf's input with its local width; in_local / out_local are the widths the leaf
+// computes on (after tensor parallelism).
+LeafCost leaf_cost(const Module& m, const Activation& in, std::int64_t in_local, std::int64_t out_local);
+
+// torch.optim's single-tensor step over `elements` of `dtype_bytes` each: its FLOPs and bytes.
+struct OptimizerCost {
+  double flops_per_element = 0;
+  int states = 0;  // optimizer state tensors per parameter
+  std::int64_t bytes(std::int64_t elements, int dtype_bytes) const { return elements * dtype_bytes * (3 + 2 * states); }
+};
+OptimizerCost optimizer_cost(const OptimizerConfig& optimizer);
+
+}  // namespace stratsim::core::planner

@@ -1,0 +1,45 @@
+#include "context.hpp"
+
+#include <fmt/format.h>
+
+#include "stratsim/core/errors.hpp"
+
+namespace stratsim::core::planner {
+
+PlanContext::PlanContext(const Model& model_, const Plan& plan_, const PlanOptions& options_)
+    : model(model_), plan(plan_), mesh(plan_.mesh), options(options_) {
+  const std::size_t modules = model.modules.size();
+  module_index_.reserve(modules);
+  for (std::size_t m = 0; m < modules; ++m) module_index_.emplace(model.modules[m].fqn, static_cast<int>(m));
+  params.resize(model.params.size());
+  for (std::size_t p = 0; p < model.params.size(); ++p) {
+    params[p].local_shape = model.params[p].shape;
+    params[p].local_numel = model.params[p].numel();
+  }
+  checkpointed.assign(modules, false);
+  for (std::size_t m = 0; m < modules; ++m) checkpointed[m] = model.modules[m].checkpoint;
+  fully_shard_step.assign(modules, -1);
+  replicate_step.assign(modules, -1);
+}
+
+int PlanContext::module_or_fail(const std::string& fqn, const std::string& where, const char* field) const {
+  const auto it = module_index_.find(fqn);
+  const int index = it == module_index_.end() ? -1 : it->second;
+  if (index < 0) throw PlanError(fmt::format("{}: {} \"{}\" is not a submodule of {}", where, field, fqn, model.name));
+  return index;
+}
+
+std::vector<int> PlanContext::dims_of(const std::vector<std::string>& names) const {
+  std::vector<int> dims;
+  for (const auto& name : names) dims.push_back(mesh.dim_index(name));
+  if (dims.empty())
+    for (int d = 0; d < mesh.ndim(); ++d) dims.push_back(d);  // the default (world) group
+  return dims;
+}
+
+const std::string& PlanContext::label(int module) const {
+  const std::string& fqn = model.modules[module].fqn;
+  return fqn.empty() ? model.name : fqn;
+}
+
+}  // namespace stratsim::core::planner

@@ -1,0 +1,164 @@
+#include "program_builder.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "stratsim/core/bucketing.hpp"
+
+namespace stratsim::core::planner {
+namespace {
+
+void sort_unique(std::vector<int>& ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+}
+
+}  // namespace
+
+void MemoryTracker::add(std::int64_t delta, Kind kind, const std::vector<ProgramOp>& ops) {
+  dynamic_bytes_ += delta;
+  if (kind == Kind::activation) activation_bytes_ += delta;
+  if (kind == Kind::unsharded) unsharded_bytes_ += delta;
+  if (kind == Kind::gradient) grad_bytes_ += delta;
+  activation_peak_ = std::max(activation_peak_, activation_bytes_);
+  unsharded_peak_ = std::max(unsharded_peak_, unsharded_bytes_);
+  grad_peak_ = std::max(grad_peak_, grad_bytes_);
+  if (static_bytes_ + dynamic_bytes_ > peak_) {
+    peak_ = static_bytes_ + dynamic_bytes_;
+    peak_at_ = ops.empty() ? "start" : fmt::format("iteration {} {}", ops.back().iteration, ops.back().name);
+  }
+}
+
+void MemoryTracker::start_steady_state() {
+  peak_ = static_bytes_ + dynamic_bytes_;
+  activation_peak_ = activation_bytes_;
+  unsharded_peak_ = unsharded_bytes_;
+  grad_peak_ = grad_bytes_;
+  peak_at_ = "iteration start";
+}
+
+void MemoryTracker::fill(MemoryReport& report) const {
+  report.gradients = grad_peak_;
+  report.activations = activation_peak_;
+  report.unsharded_params_peak = unsharded_peak_;
+  report.peak = peak_;
+  report.peak_at = peak_at_;
+}
+
+ProgramBuilder::ProgramBuilder(PlanContext& context) : context_(context) {}
+
+void ProgramBuilder::begin_iteration(int index, bool sync) {
+  IterationRecord record;
+  record.index = index;
+  record.sync = sync;
+  result.iterations.push_back(record);
+  iteration_grad_ops.clear();
+}
+
+int ProgramBuilder::compute(const std::string& name, int module, Phase phase, const std::string& op_class, double flops,
+                            std::int64_t bytes, std::vector<int> deps, OpRole role, std::vector<std::string> params) {
+  ProgramOp op;
+  op.iteration = context_.iteration;
+  op.type = OpType::compute;
+  op.name = name;
+  op.module = context_.model.modules[module].fqn;
+  op.phase = phase;
+  op.stream = 0;
+  op.op_class = op_class;
+  op.dtype = compute_dtypes[module];
+  op.flops = flops;
+  op.bytes_accessed = bytes;
+  op.role = role;
+  op.params = std::move(params);
+  sort_unique(deps);
+  deps.insert(deps.end(), pending_deps.begin(), pending_deps.end());
+  pending_deps.clear();
+  sort_unique(deps);
+  std::erase(deps, -1);
+  op.deps = std::move(deps);
+  last_compute = result.program.add(std::move(op)).id;
+  result.iterations.back().compute_flops += flops;
+  return last_compute;
+}
+
+int ProgramBuilder::collective(CollectiveSpec spec) {
+  Program& program = result.program;
+  ProgramOp op;
+  op.iteration = context_.iteration;
+  op.type = OpType::collective;
+  op.kind = spec.kind;
+  op.comm_key = spec.key;
+  op.group = program.group_id(spec.dims);
+  op.bytes = spec.bytes;
+  op.input_bytes = spec.input_bytes;
+  op.output_bytes = spec.output_bytes;
+  op.dtype = spec.dtype;
+  op.stream = program.stream_id(spec.stream);
+  op.phase = spec.phase;
+  op.module = context_.model.modules[spec.module].fqn;
+  op.reason = spec.reason;
+  op.params = spec.params;
+  op.role = spec.role;
+  op.name = fmt::format("{} {}", collective_kind_name(spec.kind), spec.reason);
+  std::erase(spec.deps, -1);
+  sort_unique(spec.deps);
+  op.deps = std::move(spec.deps);
+  const int id = program.add(std::move(op)).id;
+
+  CollectiveRecord record;
+  record.iteration = context_.iteration;
+  record.op_id = id;
+  record.op = std::move(spec.key);
+  record.kind = spec.kind;
+  record.group = context_.group_name(spec.dims);
+  record.group_id = program.ops.back().group;
+  record.bytes = spec.bytes;
+  record.input_bytes = spec.input_bytes;
+  record.output_bytes = spec.output_bytes;
+  record.dtype = spec.dtype;
+  record.phase = spec.phase;
+  record.module = program.ops.back().module;
+  record.reason = std::move(spec.reason);
+  record.params = std::move(spec.params);
+  result.iterations.back().collectives.push_back(std::move(record));
+  return id;
+}
+
+std::vector<int> ProgramBuilder::broadcast_module_states(const std::vector<int>& params, const std::vector<int>& dims,
+                                                         DType dtype, const std::string& stream, int module,
+                                                         const std::string& reason, OpRole role) {
+  constexpr std::int64_t kBroadcastBucket = 250 * kMiB;
+  std::vector<int> ids;
+  std::vector<std::string> names;
+  std::int64_t bytes = 0;
+  auto flush = [&]() {
+    if (names.empty()) return;
+    ids.push_back(collective({CollectiveKind::broadcast,
+                              "c10d.broadcast_",
+                              dims,
+                              bytes,
+                              bytes,
+                              bytes,
+                              dtype,
+                              stream,
+                              Phase::init,
+                              module,
+                              reason,
+                              std::move(names),
+                              {},
+                              role}));
+    names.clear();
+    bytes = 0;
+  };
+  for (int p : params) {
+    const std::int64_t b = context_.param_bytes(p);
+    if (bytes > 0 && bytes + b > kBroadcastBucket) flush();
+    names.push_back(context_.model.params[p].fqn);
+    bytes += b;
+  }
+  flush();
+  return ids;
+}
+
+}  // namespace stratsim::core::planner

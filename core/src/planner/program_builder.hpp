@@ -1,0 +1,85 @@
+// The one place the planner writes its output through: program ops (compute and collectives, with
+// their streams and dependencies), the CommDebugMode-style collective records of each iteration,
+// op roles, and the memory the rank holds as the ops run. DDP, FSDP and tensor parallelism emit
+// only through it, so every op is built, numbered and accounted the same way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "context.hpp"
+
+namespace stratsim::core::planner {
+
+// Bytes the rank holds, split the way the memory report shows them, with their peaks.
+class MemoryTracker {
+ public:
+  enum class Kind { other, activation, unsharded, gradient };
+  void set_static(std::int64_t bytes) { static_bytes_ = bytes; }
+  // `at` names the op that was last emitted when a new peak is reached.
+  void add(std::int64_t delta, Kind kind, const std::vector<ProgramOp>& ops);
+  void start_steady_state();  // peaks of the last iteration only
+  std::int64_t gradient_bytes() const { return grad_bytes_; }
+  void fill(MemoryReport& report) const;
+
+ private:
+  std::int64_t static_bytes_ = 0, dynamic_bytes_ = 0, activation_bytes_ = 0, unsharded_bytes_ = 0, grad_bytes_ = 0;
+  std::int64_t peak_ = 0, activation_peak_ = 0, unsharded_peak_ = 0, grad_peak_ = 0;
+  std::string peak_at_;
+};
+
+// A collective as the planner asks for it; ProgramBuilder::collective turns it into an op and a
+// record.
+struct CollectiveSpec {
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  std::string key;  // CommDebugMode key
+  std::vector<int> dims;
+  std::int64_t bytes = 0, input_bytes = 0, output_bytes = 0;
+  DType dtype = DType::float32;
+  std::string stream;
+  Phase phase = Phase::forward;
+  int module = 0;
+  std::string reason;
+  std::vector<std::string> params;
+  std::vector<int> deps;
+  OpRole role = OpRole::none;
+};
+
+class ProgramBuilder {
+ public:
+  explicit ProgramBuilder(PlanContext& context);
+
+  PlanResult result;
+  MemoryTracker memory;
+
+  // The op the last compute was, the collectives the next compute must wait for (DTensor results
+  // are waited on before use), the gradient collectives the optimizer waits for, and the last
+  // optimizer step (FSDP gathers the shards it wrote).
+  int last_compute = -1;
+  int last_optimizer_op = -1;
+  std::vector<int> pending_deps;
+  std::vector<int> iteration_grad_ops;
+
+  // The dtype each module computes in (its FSDP unit's param_dtype under mixed precision, else the
+  // parameters' dtype); set once the plan is applied. The simulator picks peak FLOP/s by it.
+  std::vector<DType> compute_dtypes;
+
+  void begin_iteration(int index, bool sync);
+  int compute(const std::string& name, int module, Phase phase, const std::string& op_class, double flops,
+              std::int64_t bytes, std::vector<int> deps, OpRole role, std::vector<std::string> params = {});
+  int collective(CollectiveSpec spec);
+  // Broadcasts `params` from the group's first rank in coalesced buckets of at most 250 MiB (DDP's
+  // _sync_module_states and FSDP's sync_module_states both bucket this way); returns the op ids.
+  std::vector<int> broadcast_module_states(const std::vector<int>& params, const std::vector<int>& dims, DType dtype,
+                                           const std::string& stream, int module, const std::string& reason,
+                                           OpRole role);
+  void add_memory(std::int64_t delta, MemoryTracker::Kind kind = MemoryTracker::Kind::other) {
+    memory.add(delta, kind, result.program.ops);
+  }
+
+ private:
+  PlanContext& context_;
+};
+
+}  // namespace stratsim::core::planner

@@ -1,0 +1,339 @@
+#include "walk.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <variant>
+
+#include <fmt/format.h>
+
+#include "compute_cost.hpp"
+#include "stratsim/core/errors.hpp"
+
+namespace stratsim::core::planner {
+
+Walk::Walk(const Model& model, const Plan& plan, const PlanOptions& options)
+    : context_(model, plan, options),
+      builder_(context_),
+      tp_(context_, builder_, tape_),
+      ddp_(context_, builder_),
+      fsdp_(context_, builder_, tape_) {}
+
+// ------------------------------------------------------------------------------------------------
+// Setup: the plan's calls in order.
+
+void Walk::apply_plan() {
+  for (const PlanStep& step : context_.plan.steps) {
+    std::visit(
+        [&](const auto& body) {
+          using T = std::decay_t<decltype(body)>;
+          if constexpr (std::is_same_v<T, ParallelizeStep>) tp_.apply_parallelize(body, step);
+          else if constexpr (std::is_same_v<T, DistributeModuleStep>) tp_.apply_distribute(body, step);
+          else if constexpr (std::is_same_v<T, ReplicateStep>) ddp_.apply_replicate(body, step);
+          else if constexpr (std::is_same_v<T, FullyShardStep>) fsdp_.apply_fully_shard(body, step);
+          else context_.checkpointed[context_.module_or_fail(body.module, step.where)] = true;
+        },
+        step.body);
+  }
+  finish_setup();
+}
+
+void Walk::finish_setup() {
+  const Model& model = context_.model;
+  context_.used_in_forward.assign(model.params.size(), false);
+  for (const ForwardStep& step : flat_forward(model)) {
+    if (step.kind == ForwardStep::Kind::param_matmul) context_.used_in_forward[step.index] = true;
+    else
+      for (int p : model.modules[step.index].params) context_.used_in_forward[p] = true;
+  }
+  ddp_.collect_params();
+  fsdp_.mark_roots();
+  // The dtype a module computes in: its FSDP unit's param_dtype under mixed precision, else the
+  // parameters' dtype.
+  builder_.compute_dtypes.assign(model.modules.size(), context_.act_dtype());
+  for (std::size_t m = 0; m < model.modules.size(); ++m)
+    for (int a = static_cast<int>(m); a >= 0; a = model.modules[a].parent)
+      if (fsdp_.unit_of_module(a) >= 0) {
+        builder_.compute_dtypes[m] = fsdp_.compute_dtype(fsdp_.unit_of_module(a));
+        break;
+      }
+  set_static_memory();
+}
+
+// Resident storage: parameters (sharded for FSDP), DDP bucket buffers, optimizer state.
+void Walk::set_static_memory() {
+  const int states = optimizer_cost(context_.plan.optimizer).states;
+  std::int64_t param_bytes = 0, optimizer_bytes = 0;
+  for (std::size_t p = 0; p < context_.params.size(); ++p) {
+    if (context_.params[p].fsdp_unit >= 0) continue;
+    const std::int64_t bytes = context_.param_bytes(static_cast<int>(p));
+    param_bytes += bytes;
+    if (context_.model.params[p].requires_grad) optimizer_bytes += bytes * states;
+  }
+  param_bytes += fsdp_.sharded_param_bytes();
+  optimizer_bytes += fsdp_.sharded_param_bytes() * states;
+  const std::int64_t bucket_bytes = ddp_.bucket_buffer_bytes();
+  MemoryReport& memory = builder_.result.memory;
+  memory.parameters = param_bytes;
+  memory.optimizer_state = optimizer_bytes;
+  memory.ddp_bucket_buffers = bucket_bytes;
+  builder_.memory.set_static(param_bytes + optimizer_bytes + bucket_bytes);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Forward.
+
+void Walk::forward_module(int m, Activation& act, Mode mode) {
+  const Module& module = context_.model.modules[m];
+  const bool region = mode == Mode::normal && context_.checkpointed[m];
+  const Mode inner = region ? Mode::checkpointed : mode;
+  if (mode != Mode::replay) ddp_.pre_forward(m);
+  fsdp_.pre_forward(m, mode);
+  const Activation region_input = act;
+  const std::size_t region_start = tape_.size();
+  std::int64_t region_saved = 0;
+  if (region) {
+    // checkpoint(use_reentrant=False): only the region's input is saved; the inside is recomputed
+    // when backward first unpacks one of its tensors.
+    region_saved = act.bytes();
+    builder_.add_memory(region_saved, MemoryTracker::Kind::activation);
+  }
+  tp_.input_hook(m, act, inner);
+  if (module.leaf != LeafKind::container) {
+    forward_leaf(m, act, inner);
+  } else {
+    for (const ForwardStep& step : module.forward) {
+      if (step.kind == ForwardStep::Kind::child) forward_module(step.index, act, inner);
+      else forward_param_matmul(step.index, act, inner);
+    }
+  }
+  tp_.output_hook(m, act, inner);
+  fsdp_.post_forward(m, mode);
+  if (region) {
+    // Pushed after the region's own entries, so backward replays the region before any of them,
+    // but below the pre-backward hooks on the region's output (the unit on this module, units on
+    // its last submodule): autograd runs those hooks before the first node inside the region
+    // unpacks a saved tensor and triggers the recomputation, so FSDP's recomputed pre-forward
+    // finds them in BACKWARD_PRE and gathers nothing.
+    auto replay_region = [this, m, region_input, region_saved]() {
+      Activation replay = region_input;
+      const Module& mod = context_.model.modules[m];
+      tp_.input_hook(m, replay, Mode::replay);
+      if (mod.leaf != LeafKind::container) {
+        forward_leaf(m, replay, Mode::replay);
+      } else {
+        for (const ForwardStep& step : mod.forward) {
+          if (step.kind == ForwardStep::Kind::child) forward_module(step.index, replay, Mode::replay);
+          else forward_param_matmul(step.index, replay, Mode::replay);
+        }
+      }
+      tp_.output_hook(m, replay, Mode::replay);
+      builder_.add_memory(-region_saved, MemoryTracker::Kind::activation);
+    };
+    tape_.insert_region_replay(std::move(replay_region), region_start);
+  }
+}
+
+void Walk::forward_leaf(int m, Activation& act, Mode mode) {
+  const Module& module = context_.model.modules[m];
+  const Phase phase = mode == Mode::replay ? Phase::recompute : Phase::forward;
+  std::int64_t in_local = act.features(), out_local = act.features();
+  Activation input = act;
+  if (module.leaf == LeafKind::linear) {
+    const ParamState& weight = context_.params[module.params[0]];
+    out_local = weight.local_shape[0];
+    in_local = weight.local_shape[1];
+    last_linear_fraction_ = static_cast<double>(out_local) / static_cast<double>(module.out_features);
+    input.shape.back() = in_local;
+  } else if (module.leaf == LeafKind::embedding) {
+    out_local = context_.params[module.params[0]].local_shape[1];
+    input.requires_grad = false;
+  } else if (module.leaf == LeafKind::rms_norm || module.leaf == LeafKind::layer_norm) {
+    input.shape.back() = in_local = out_local = act.features();
+  } else if (module.leaf == LeafKind::attention) {
+    // Width of the attention core: its query heads, cut the way the projection before it was
+    // (tensor parallelism shards heads). The running width would be the fused qkv or the KV width.
+    const double fraction = last_linear_fraction_;
+    input.shape.back() = in_local = out_local =
+        std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(module.heads * module.head_dim * fraction)));
+  } else if (module.dim > 0) {
+    input.shape.back() = in_local = out_local = module.dim;
+  }
+  const LeafCost cost = leaf_cost(module, input, in_local, out_local);
+  // Compute that uses an FSDP unit's parameters waits for the unit's all-gather.
+  std::vector<int> deps;
+  for (int p : module.params)
+    if (context_.params[p].fsdp_unit >= 0) deps.push_back(fsdp_.all_gather_op(p));
+  const std::string suffix = phase == Phase::recompute ? "recompute" : "forward";
+  const std::string label = module.fqn.empty() ? context_.model.name : module.fqn;
+  builder_.compute(fmt::format("{}.{}", label, suffix), m, phase, cost.op_class, cost.forward_flops, cost.forward_bytes,
+                   deps, OpRole::leaf);
+  if (mode != Mode::checkpointed) builder_.add_memory(cost.saved_bytes, MemoryTracker::Kind::activation);
+
+  act.shape.back() = out_local;
+  const bool had_grad = act.requires_grad;
+  bool own_grad = false;
+  for (int p : module.params) own_grad = own_grad || context_.model.params[p].requires_grad;
+  act.requires_grad = (module.leaf == LeafKind::embedding ? false : had_grad) || own_grad;
+  if (mode == Mode::replay) return;
+
+  tape_.push([this, m, cost]() {
+    const Module& mod = context_.model.modules[m];
+    const std::string name = fmt::format("{}.backward", mod.fqn.empty() ? context_.model.name : mod.fqn);
+    // Backward waits for the gather that is current now (pre-backward or prefetch), not the forward one.
+    std::vector<int> now;
+    for (int p : mod.params)
+      if (context_.params[p].fsdp_unit >= 0) now.push_back(fsdp_.all_gather_op(p));
+    const int op = builder_.compute(name, m, Phase::backward, cost.op_class, cost.backward_flops, cost.backward_bytes,
+                                    now, OpRole::leaf);
+    builder_.add_memory(-cost.saved_bytes, MemoryTracker::Kind::activation);
+    // AccumulateGrad order: autograd runs the bias's accumulation before the weight's (addmm feeds
+    // bias directly, weight through TBackward), i.e. parameters in reverse registration order.
+    for (auto it = mod.params.rbegin(); it != mod.params.rend(); ++it) grad_ready(*it, op);
+  });
+}
+
+void Walk::forward_param_matmul(int p, Activation& act, Mode mode) {
+  const Parameter& param = context_.model.params[p];
+  const ParamState& state = context_.params[p];
+  const int m = param.module;
+  const Phase phase = mode == Mode::replay ? Phase::recompute : Phase::forward;
+  const std::int64_t t = act.tokens();
+  const int d = dtype_size(act.dtype);
+  double flops = 0;
+  std::int64_t out = act.features();
+  if (state.local_shape.size() == 2) {
+    flops = 2.0 * t * state.local_shape[0] * state.local_shape[1];
+    out = state.local_shape[1];
+  } else {
+    flops = static_cast<double>(t) * state.local_numel;
+  }
+  const std::int64_t saved = t * act.features() * d;
+  std::vector<int> deps;
+  if (state.fsdp_unit >= 0) deps.push_back(fsdp_.all_gather_op(p));
+  const std::string base = fmt::format("{}.mm", param.fqn);
+  builder_.compute(base + (phase == Phase::recompute ? ".recompute" : ".forward"), m, phase, "gemm", flops,
+                   (t * act.features() + state.local_numel + t * out) * d, deps, OpRole::param_matmul, {param.fqn});
+  if (mode != Mode::checkpointed) builder_.add_memory(saved, MemoryTracker::Kind::activation);
+  const bool input_grad = act.requires_grad;
+  act.shape.back() = out;
+  act.requires_grad = true;
+  if (mode == Mode::replay) return;
+  tape_.push([this, p, m, flops, saved, input_grad, base]() {
+    std::vector<int> now;
+    if (context_.params[p].fsdp_unit >= 0) now.push_back(fsdp_.all_gather_op(p));
+    const int op = builder_.compute(base + ".backward", m, Phase::backward, "gemm", flops * (input_grad ? 2 : 1), 0,
+                                    now, OpRole::param_matmul, {context_.model.params[p].fqn});
+    builder_.add_memory(-saved, MemoryTracker::Kind::activation);
+    grad_ready(p, op);
+  });
+}
+
+// ------------------------------------------------------------------------------------------------
+// Backward: gradient-ready events, in the order autograd's AccumulateGrad runs them.
+
+void Walk::grad_ready(int p, int producer) {
+  const Parameter& param = context_.model.params[p];
+  if (!param.requires_grad) return;
+  producer = tp_.reduce_partial_grad(p, producer);
+  if (context_.params[p].fsdp_unit >= 0) {
+    fsdp_.grad_ready(p, producer);
+    return;
+  }
+  if (!ddp_.gradient_as_bucket_view(p)) builder_.add_memory(context_.param_bytes(p), MemoryTracker::Kind::gradient);
+  ddp_.grad_ready(p, producer);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Optimizer and the iteration loop.
+
+void Walk::optimizer_step() {
+  const OptimizerCost cost = optimizer_cost(context_.plan.optimizer);
+  double elements = 0;
+  std::int64_t bytes = 0;
+  for (std::size_t p = 0; p < context_.params.size(); ++p) {
+    if (context_.params[p].fsdp_unit >= 0 || !context_.model.params[p].requires_grad) continue;
+    elements += static_cast<double>(context_.params[p].local_numel);
+    bytes += cost.bytes(context_.params[p].local_numel, dtype_size(context_.model.params[p].dtype));
+  }
+  elements += static_cast<double>(fsdp_.sharded_optimizer_elements());
+  bytes += fsdp_.sharded_optimizer_bytes(cost.states);
+  builder_.last_optimizer_op =
+      builder_.compute("optimizer.step", 0, Phase::optimizer, "optimizer", cost.flops_per_element * elements, bytes,
+                       builder_.iteration_grad_ops, OpRole::optimizer);
+  // zero_grad(set_to_none=True)
+  builder_.add_memory(-builder_.memory.gradient_bytes(), MemoryTracker::Kind::gradient);
+}
+
+void Walk::run_iteration() {
+  const Plan& plan = context_.plan;
+  const Model& model = context_.model;
+  context_.sync = context_.iteration % plan.gradient_accumulation_steps == 0;
+  builder_.begin_iteration(context_.iteration, context_.sync);
+  tape_.clear();
+  fsdp_.begin_iteration();
+
+  const std::int64_t seq = plan.seq_len > 0 ? plan.seq_len : model.seq_len;
+  Activation act;
+  act.dtype = context_.act_dtype();
+  act.requires_grad = plan.input_requires_grad;
+  if (seq > 0) act.shape = {plan.batch_size, seq, model.token_input ? 1 : model.input_features};
+  else act.shape = {plan.batch_size, model.input_features};
+  forward_module(0, act, Mode::normal);
+  context_.first_iteration_done = true;
+
+  tape_.run_backward();
+  ddp_.end_backward();
+  if (context_.sync) optimizer_step();
+}
+
+PlanResult Walk::run() {
+  const Plan& plan = context_.plan;
+  const PlanOptions& options = context_.options;
+  if (options.rank < 0 || options.rank >= plan.world_size)
+    throw PlanError(fmt::format("--rank {} is outside the world of {} ranks", options.rank, plan.world_size));
+  PlanResult& result = builder_.result;
+  result.rank = options.rank;
+  result.coordinate = context_.mesh.coordinate(options.rank);
+  result.program.world_size = plan.world_size;
+  result.program.mesh = context_.mesh;
+  result.program.stream_id("compute");
+  apply_plan();
+  fsdp_.start();
+  const int iterations = options.iterations > 0 ? options.iterations : plan.iterations > 0 ? plan.iterations : 3;
+  for (context_.iteration = 1; context_.iteration <= iterations; ++context_.iteration) {
+    if (context_.iteration == iterations) builder_.memory.start_steady_state();  // report the last iteration's peaks
+    run_iteration();
+  }
+  result.program.iterations = iterations;
+
+  for (const auto& group : result.program.groups)
+    result.group_ranks.push_back(context_.mesh.group_ranks(options.rank, group.mesh_dims));
+  MemoryReport& memory = result.memory;
+  builder_.memory.fill(memory);
+  if (plan.device_memory_gib) {
+    memory.device_memory_bytes = *plan.device_memory_gib * 1024.0 * 1024.0 * 1024.0;
+    memory.out_of_memory = static_cast<double>(memory.peak) > *memory.device_memory_bytes;
+    if (memory.out_of_memory)
+      result.warnings.push_back(fmt::format("out of memory: peak {:.2f} GiB exceeds the device's {:.2f} GiB (at {})",
+                                            memory.peak / 1073741824.0, *plan.device_memory_gib, memory.peak_at));
+  }
+  ddp_.report(result);
+  fsdp_.report(result);
+  report_params();
+  return std::move(result);
+}
+
+void Walk::report_params() {
+  for (const ParamState& state : context_.params) {
+    ParamLayout layout;
+    layout.local_shape = state.local_shape;
+    layout.placement = state.dtensor ? state.placement : Placement::replicate();
+    if (state.dtensor) layout.tp_dims = state.tp_dims;
+    layout.fsdp_unit = state.fsdp_unit;
+    layout.ddp = state.ddp;
+    builder_.result.params.push_back(std::move(layout));
+  }
+}
+
+}  // namespace stratsim::core::planner

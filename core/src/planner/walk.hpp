@@ -1,0 +1,44 @@
+// The walk: one training run as PyTorch executes it. Setup applies the plan's calls in order
+// (validating composition the way PyTorch does); each iteration runs the module tree's forward
+// with its hooks (DDP pre-forward, FSDP unshard, DTensor input/output redistribution), replays the
+// backward tape in reverse (gradient-ready events feed the DDP Reducer and FSDP post-backward
+// hooks, checkpointed regions recompute), then steps the optimizer. The parallelisms own their
+// state and emit through the ProgramBuilder; the walk only decides when each one runs.
+#pragma once
+
+#include "backward_tape.hpp"
+#include "context.hpp"
+#include "ddp.hpp"
+#include "fsdp.hpp"
+#include "program_builder.hpp"
+#include "tensor_parallel.hpp"
+
+namespace stratsim::core::planner {
+
+class Walk {
+ public:
+  Walk(const Model& model, const Plan& plan, const PlanOptions& options);
+  PlanResult run();
+
+ private:
+  void apply_plan();
+  void finish_setup();
+  void set_static_memory();
+  void run_iteration();
+  void forward_module(int m, Activation& act, Mode mode);
+  void forward_leaf(int m, Activation& act, Mode mode);
+  void forward_param_matmul(int p, Activation& act, Mode mode);
+  void grad_ready(int p, int producer);
+  void optimizer_step();
+  void report_params();
+
+  PlanContext context_;
+  ProgramBuilder builder_;
+  BackwardTape tape_;
+  TensorParallel tp_;
+  DataParallel ddp_;
+  FullyShard fsdp_;
+  double last_linear_fraction_ = 1.0;  // local/global output width of the last Linear run
+};
+
+}  // namespace stratsim::core::planner
