@@ -1,7 +1,6 @@
 #include "stratsim/core/dtype.hpp"
 
-#include <array>
-#include <utility>
+#include "stratsim/core/enum_names.hpp"
 
 namespace stratsim::core {
 
@@ -20,35 +19,27 @@ int dtype_size(DType dtype) {
   return 4;
 }
 
-std::string_view dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::float32: return "float32";
-    case DType::float16: return "float16";
-    case DType::bfloat16: return "bfloat16";
-    case DType::float64: return "float64";
-    case DType::int32: return "int32";
-    case DType::int64: return "int64";
-    case DType::int8: return "int8";
-    case DType::uint8: return "uint8";
-    case DType::bool_: return "bool";
-  }
-  return "float32";
-}
+namespace {
+
+// The first name of a dtype is torch's; the rest are the aliases plans and models may use.
+constexpr EnumNames<DType, 20> kDTypeNames{{{{DType::float32, "float32"},   {DType::float16, "float16"},
+                                             {DType::bfloat16, "bfloat16"}, {DType::float64, "float64"},
+                                             {DType::int32, "int32"},       {DType::int64, "int64"},
+                                             {DType::int8, "int8"},         {DType::uint8, "uint8"},
+                                             {DType::bool_, "bool"},        {DType::float32, "float"},
+                                             {DType::float32, "fp32"},      {DType::float32, "f32"},
+                                             {DType::float16, "half"},      {DType::float16, "fp16"},
+                                             {DType::float16, "f16"},       {DType::bfloat16, "bf16"},
+                                             {DType::float64, "double"},    {DType::float64, "fp64"},
+                                             {DType::int32, "int"},         {DType::int64, "long"}}}};
+
+}  // namespace
+
+std::string_view dtype_name(DType dtype) { return kDTypeNames.name(dtype, "float32"); }
 
 std::optional<DType> parse_dtype(std::string_view text) {
   if (text.starts_with("torch.")) text.remove_prefix(6);
-  static const std::array<std::pair<std::string_view, DType>, 20> names{{
-      {"float32", DType::float32}, {"float", DType::float32},     {"fp32", DType::float32},
-      {"float16", DType::float16}, {"half", DType::float16},      {"fp16", DType::float16},
-      {"bfloat16", DType::bfloat16}, {"bf16", DType::bfloat16}, {"float64", DType::float64},
-      {"double", DType::float64},  {"fp64", DType::float64},      {"int32", DType::int32},
-      {"int", DType::int32},       {"int64", DType::int64},       {"long", DType::int64},
-      {"int8", DType::int8},       {"uint8", DType::uint8},       {"bool", DType::bool_},
-      {"f32", DType::float32},     {"f16", DType::float16},
-  }};
-  for (const auto& [name, dtype] : names)
-    if (name == text) return dtype;
-  return std::nullopt;
+  return kDTypeNames.parse(text);
 }
 
 }  // namespace stratsim::core

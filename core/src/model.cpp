@@ -1,26 +1,40 @@
 #include "stratsim/core/model.hpp"
 
+#include "stratsim/core/enum_names.hpp"
+
 #include <numeric>
 
 namespace stratsim::core {
 
-std::string_view leaf_kind_name(LeafKind kind) {
-  switch (kind) {
-    case LeafKind::container: return "container";
-    case LeafKind::linear: return "Linear";
-    case LeafKind::relu: return "ReLU";
-    case LeafKind::sigmoid: return "Sigmoid";
-    case LeafKind::silu: return "SiLU";
-    case LeafKind::gelu: return "GELU";
-    case LeafKind::tanh: return "Tanh";
-    case LeafKind::dropout: return "Dropout";
-    case LeafKind::identity: return "Identity";
-    case LeafKind::rms_norm: return "RMSNorm";
-    case LeafKind::layer_norm: return "LayerNorm";
-    case LeafKind::embedding: return "Embedding";
-    case LeafKind::attention: return "ScaledDotProductAttention";
-  }
-  return "?";
+namespace {
+
+// Module types the model format knows as leaves. The first name of a kind is its canonical one;
+// RMSNormPython and SDPA are aliases. Containers have no type name of their own.
+constexpr EnumNames<LeafKind, 14> kLeafTypes{{{{LeafKind::linear, "Linear"},
+                                               {LeafKind::relu, "ReLU"},
+                                               {LeafKind::sigmoid, "Sigmoid"},
+                                               {LeafKind::silu, "SiLU"},
+                                               {LeafKind::gelu, "GELU"},
+                                               {LeafKind::tanh, "Tanh"},
+                                               {LeafKind::dropout, "Dropout"},
+                                               {LeafKind::identity, "Identity"},
+                                               {LeafKind::rms_norm, "RMSNorm"},
+                                               {LeafKind::rms_norm, "RMSNormPython"},
+                                               {LeafKind::layer_norm, "LayerNorm"},
+                                               {LeafKind::embedding, "Embedding"},
+                                               {LeafKind::attention, "ScaledDotProductAttention"},
+                                               {LeafKind::attention, "SDPA"}}}};
+
+}  // namespace
+
+std::string_view leaf_kind_name(LeafKind kind) { return kLeafTypes.name(kind, "container"); }
+
+std::optional<LeafKind> parse_leaf_kind(std::string_view type) { return kLeafTypes.parse(type); }
+
+std::string leaf_type_list() {
+  std::string out;
+  for (const auto& [kind, name] : kLeafTypes.entries) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out;
 }
 
 std::int64_t Parameter::numel() const {

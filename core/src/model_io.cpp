@@ -11,39 +11,6 @@
 namespace stratsim::core {
 namespace {
 
-struct LeafType {
-  const char* name;
-  LeafKind kind;
-};
-
-constexpr LeafType kLeafTypes[] = {
-    {"Linear", LeafKind::linear},
-    {"ReLU", LeafKind::relu},
-    {"Sigmoid", LeafKind::sigmoid},
-    {"SiLU", LeafKind::silu},
-    {"GELU", LeafKind::gelu},
-    {"Tanh", LeafKind::tanh},
-    {"Dropout", LeafKind::dropout},
-    {"Identity", LeafKind::identity},
-    {"RMSNorm", LeafKind::rms_norm},
-    {"RMSNormPython", LeafKind::rms_norm},
-    {"LayerNorm", LeafKind::layer_norm},
-    {"Embedding", LeafKind::embedding},
-    {"ScaledDotProductAttention", LeafKind::attention},
-    {"SDPA", LeafKind::attention},
-};
-
-std::string leaf_type_list() {
-  std::string out;
-  for (const auto& leaf : kLeafTypes) out += (out.empty() ? "" : ", ") + std::string(leaf.name);
-  return out;
-}
-
-std::optional<LeafKind> find_leaf(const std::string& type) {
-  for (const auto& leaf : kLeafTypes)
-    if (type == leaf.name) return leaf.kind;
-  return std::nullopt;
-}
 
 class ModelParser {
  public:
@@ -120,7 +87,7 @@ class ModelParser {
       model_.modules.push_back(std::move(module));
     }
     const bool container = node.has("children");
-    std::optional<LeafKind> leaf = container ? std::nullopt : find_leaf(model_.modules[index].type);
+    std::optional<LeafKind> leaf = container ? std::nullopt : parse_leaf_kind(model_.modules[index].type);
     if (!container && !leaf) {
       if (!node.has("parameters"))
         node.at("type").fail(fmt::format("unknown module type \"{}\" (leaf types: {}; a container needs \"children\")",

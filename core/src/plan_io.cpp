@@ -1,11 +1,34 @@
 #include <fmt/format.h>
 
+#include "stratsim/core/enum_names.hpp"
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/json_reader.hpp"
 #include "stratsim/core/plan.hpp"
 
 namespace stratsim::core {
 namespace {
+
+// Names as PyTorch spells them; later entries of a value are aliases accepted in plans.
+constexpr EnumNames<ShardingStrategy, 6> kStrategyNames{{{{ShardingStrategy::full_shard, "FULL_SHARD"},
+                                                          {ShardingStrategy::shard_grad_op, "SHARD_GRAD_OP"},
+                                                          {ShardingStrategy::no_shard, "NO_SHARD"},
+                                                          {ShardingStrategy::hybrid_shard, "HYBRID_SHARD"},
+                                                          {ShardingStrategy::hybrid_shard_zero2, "_HYBRID_SHARD_ZERO2"},
+                                                          {ShardingStrategy::hybrid_shard_zero2, "HYBRID_SHARD_ZERO2"}}}};
+
+constexpr EnumNames<CommHook, 8> kCommHookNames{{{{CommHook::none, "none"},
+                                                  {CommHook::allreduce, "allreduce"},
+                                                  {CommHook::fp16_compress, "fp16_compress"},
+                                                  {CommHook::bf16_compress, "bf16_compress"},
+                                                  {CommHook::none, ""},
+                                                  {CommHook::allreduce, "allreduce_hook"},
+                                                  {CommHook::fp16_compress, "fp16_compress_hook"},
+                                                  {CommHook::bf16_compress, "bf16_compress_hook"}}}};
+
+constexpr EnumNames<BackwardPrefetch, 4> kBackwardPrefetchNames{{{{BackwardPrefetch::backward_pre, "BACKWARD_PRE"},
+                                                                  {BackwardPrefetch::backward_post, "BACKWARD_POST"},
+                                                                  {BackwardPrefetch::none, "NONE"},
+                                                                  {BackwardPrefetch::none, "None"}}}};
 
 // Built-in plans, so the CLI has something to run with no files at all.
 const std::vector<std::pair<std::string, std::string>>& builtin_plans() {
@@ -103,11 +126,8 @@ ReplicateStep parse_replicate(const JsonReader& node, const Plan& plan, const st
   step.static_graph = node.get_bool("static_graph", false);
   step.broadcast_buffers = node.get_bool("broadcast_buffers", true);
   step.init_sync = node.get_bool("init_sync", true);
-  std::string hook = node.get_string("comm_hook", "none");
-  if (hook == "none" || hook == "") step.comm_hook = CommHook::none;
-  else if (hook == "allreduce" || hook == "allreduce_hook") step.comm_hook = CommHook::allreduce;
-  else if (hook == "fp16_compress" || hook == "fp16_compress_hook") step.comm_hook = CommHook::fp16_compress;
-  else if (hook == "bf16_compress" || hook == "bf16_compress_hook") step.comm_hook = CommHook::bf16_compress;
+  const std::string hook = node.get_string("comm_hook", "none");
+  if (auto parsed = kCommHookNames.parse(hook)) step.comm_hook = *parsed;
   else node.at("comm_hook").fail(fmt::format("unknown comm hook \"{}\" (expected allreduce, fp16_compress or bf16_compress)", hook));
   step.ignored_modules = node.get_string_list("ignored_modules");
   if (node.has("device_id") && !node.at("device_id").is_null()) {
@@ -122,11 +142,7 @@ ReplicateStep parse_replicate(const JsonReader& node, const Plan& plan, const st
 ShardingStrategy parse_strategy(const JsonReader& node) {
   std::string text = node.as_string();
   if (text.starts_with("ShardingStrategy.")) text = text.substr(17);
-  if (text == "FULL_SHARD") return ShardingStrategy::full_shard;
-  if (text == "SHARD_GRAD_OP") return ShardingStrategy::shard_grad_op;
-  if (text == "NO_SHARD") return ShardingStrategy::no_shard;
-  if (text == "HYBRID_SHARD") return ShardingStrategy::hybrid_shard;
-  if (text == "_HYBRID_SHARD_ZERO2" || text == "HYBRID_SHARD_ZERO2") return ShardingStrategy::hybrid_shard_zero2;
+  if (auto strategy = kStrategyNames.parse(text)) return *strategy;
   node.fail(fmt::format("unknown sharding strategy \"{}\" (expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, _HYBRID_SHARD_ZERO2)", text));
 }
 
@@ -177,9 +193,7 @@ FullyShardStep parse_fully_shard(const JsonReader& node, const Plan& plan) {
     JsonReader prefetch = node.at("backward_prefetch");
     std::string text = prefetch.is_null() ? "NONE" : prefetch.as_string();
     if (text.starts_with("BackwardPrefetch.")) text = text.substr(17);
-    if (text == "BACKWARD_PRE") step.backward_prefetch = BackwardPrefetch::backward_pre;
-    else if (text == "BACKWARD_POST") step.backward_prefetch = BackwardPrefetch::backward_post;
-    else if (text == "NONE" || text == "None") step.backward_prefetch = BackwardPrefetch::none;
+    if (auto parsed = kBackwardPrefetchNames.parse(text)) step.backward_prefetch = *parsed;
     else prefetch.fail(fmt::format("expected BACKWARD_PRE, BACKWARD_POST or null, got \"{}\"", text));
   }
   step.forward_prefetch = node.get_bool("forward_prefetch", false);
@@ -293,26 +307,9 @@ TorchVersion parse_version(const JsonReader& node) {
 
 std::string TorchVersion::str() const { return fmt::format("{}.{}", major, minor); }
 
-std::string_view strategy_name(ShardingStrategy strategy) {
-  switch (strategy) {
-    case ShardingStrategy::full_shard: return "FULL_SHARD";
-    case ShardingStrategy::shard_grad_op: return "SHARD_GRAD_OP";
-    case ShardingStrategy::no_shard: return "NO_SHARD";
-    case ShardingStrategy::hybrid_shard: return "HYBRID_SHARD";
-    case ShardingStrategy::hybrid_shard_zero2: return "_HYBRID_SHARD_ZERO2";
-  }
-  return "?";
-}
+std::string_view strategy_name(ShardingStrategy strategy) { return kStrategyNames.name(strategy); }
 
-std::string_view comm_hook_name(CommHook hook) {
-  switch (hook) {
-    case CommHook::none: return "none";
-    case CommHook::allreduce: return "allreduce";
-    case CommHook::fp16_compress: return "fp16_compress";
-    case CommHook::bf16_compress: return "bf16_compress";
-  }
-  return "?";
-}
+std::string_view comm_hook_name(CommHook hook) { return kCommHookNames.name(hook); }
 
 Plan parse_plan(const JsonReader& doc) {
   doc.allow_only({"world_size", "mesh", "batch_size", "seq_len", "input_requires_grad", "iterations",

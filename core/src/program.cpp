@@ -5,63 +5,62 @@
 #include <nlohmann/json.hpp>
 #include <fmt/format.h>
 
+#include "stratsim/core/enum_names.hpp"
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/json_reader.hpp"
 
 namespace stratsim::core {
 
-std::string_view phase_name(Phase phase) {
-  switch (phase) {
-    case Phase::init: return "init";
-    case Phase::forward: return "forward";
-    case Phase::backward: return "backward";
-    case Phase::recompute: return "recompute";
-    case Phase::optimizer: return "optimizer";
-  }
-  return "?";
-}
-
-std::string_view collective_kind_name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::all_reduce: return "all_reduce";
-    case CollectiveKind::all_gather: return "all_gather";
-    case CollectiveKind::reduce_scatter: return "reduce_scatter";
-    case CollectiveKind::broadcast: return "broadcast";
-    case CollectiveKind::all_to_all: return "all_to_all";
-  }
-  return "?";
-}
-
 namespace {
-constexpr std::array<std::pair<std::string_view, OpRole>, 20> kRoleNames{{
-    {"none", OpRole::none},
-    {"leaf", OpRole::leaf},
-    {"param_matmul", OpRole::param_matmul},
-    {"optimizer", OpRole::optimizer},
-    {"ddp_param_count", OpRole::ddp_param_count},
-    {"ddp_param_shapes", OpRole::ddp_param_shapes},
-    {"ddp_module_states", OpRole::ddp_module_states},
-    {"ddp_bucket_indices", OpRole::ddp_bucket_indices},
-    {"ddp_bucket_sizes", OpRole::ddp_bucket_sizes},
-    {"ddp_used_map", OpRole::ddp_used_map},
-    {"ddp_bucket", OpRole::ddp_bucket},
-    {"fsdp_module_states", OpRole::fsdp_module_states},
-    {"fsdp_unshard", OpRole::fsdp_unshard},
-    {"fsdp_reduce_grad", OpRole::fsdp_reduce_grad},
-    {"fsdp_replicate_grad", OpRole::fsdp_replicate_grad},
-    {"tp_input", OpRole::tp_input},
-    {"tp_output", OpRole::tp_output},
-    {"tp_grad_input", OpRole::tp_grad_input},
-    {"tp_grad_output", OpRole::tp_grad_output},
-    {"tp_param_grad", OpRole::tp_param_grad},
-}};
+
+constexpr EnumNames<Phase, 5> kPhaseNames{{{{Phase::init, "init"},
+                                            {Phase::forward, "forward"},
+                                            {Phase::backward, "backward"},
+                                            {Phase::recompute, "recompute"},
+                                            {Phase::optimizer, "optimizer"}}}};
+
+constexpr EnumNames<CollectiveKind, 5> kCollectiveKindNames{{{{CollectiveKind::all_reduce, "all_reduce"},
+                                                              {CollectiveKind::all_gather, "all_gather"},
+                                                              {CollectiveKind::reduce_scatter, "reduce_scatter"},
+                                                              {CollectiveKind::broadcast, "broadcast"},
+                                                              {CollectiveKind::all_to_all, "all_to_all"}}}};
+
+constexpr EnumNames<OpRole, 20> kRoleNames{{{{OpRole::none, "none"},
+                                             {OpRole::leaf, "leaf"},
+                                             {OpRole::param_matmul, "param_matmul"},
+                                             {OpRole::optimizer, "optimizer"},
+                                             {OpRole::ddp_param_count, "ddp_param_count"},
+                                             {OpRole::ddp_param_shapes, "ddp_param_shapes"},
+                                             {OpRole::ddp_module_states, "ddp_module_states"},
+                                             {OpRole::ddp_bucket_indices, "ddp_bucket_indices"},
+                                             {OpRole::ddp_bucket_sizes, "ddp_bucket_sizes"},
+                                             {OpRole::ddp_used_map, "ddp_used_map"},
+                                             {OpRole::ddp_bucket, "ddp_bucket"},
+                                             {OpRole::fsdp_module_states, "fsdp_module_states"},
+                                             {OpRole::fsdp_unshard, "fsdp_unshard"},
+                                             {OpRole::fsdp_reduce_grad, "fsdp_reduce_grad"},
+                                             {OpRole::fsdp_replicate_grad, "fsdp_replicate_grad"},
+                                             {OpRole::tp_input, "tp_input"},
+                                             {OpRole::tp_output, "tp_output"},
+                                             {OpRole::tp_grad_input, "tp_grad_input"},
+                                             {OpRole::tp_grad_output, "tp_grad_output"},
+                                             {OpRole::tp_param_grad, "tp_param_grad"}}}};
+
+// A JSON string naming a value of `names`' enum; anything else is an error at the node's path.
+template <typename Enum, std::size_t N>
+Enum parse_enum(const JsonReader& node, const EnumNames<Enum, N>& names) {
+  const std::string text = node.as_string();
+  if (auto value = names.parse(text)) return *value;
+  node.fail(fmt::format("unknown value \"{}\" (expected {})", text, names.expected()));
+}
+
 }  // namespace
 
-std::string_view op_role_name(OpRole role) {
-  for (const auto& [name, value] : kRoleNames)
-    if (value == role) return name;
-  return "?";
-}
+std::string_view phase_name(Phase phase) { return kPhaseNames.name(phase); }
+std::string_view collective_kind_name(CollectiveKind kind) { return kCollectiveKindNames.name(kind); }
+std::string_view op_role_name(OpRole role) { return kRoleNames.name(role); }
+
+
 
 int Program::stream_id(const std::string& name) {
   for (std::size_t i = 0; i < streams.size(); ++i)
@@ -133,15 +132,6 @@ nlohmann::json program_to_json(const Program& program) {
   return doc;
 }
 
-namespace {
-template <typename Enum, std::size_t N>
-Enum parse_enum(const JsonReader& node, const std::array<std::pair<std::string_view, Enum>, N>& names) {
-  const std::string text = node.as_string();
-  for (const auto& [name, value] : names)
-    if (name == text) return value;
-  node.fail(fmt::format("unknown value \"{}\"", text));
-}
-}  // namespace
 
 Program program_from_json(const nlohmann::json& document, const std::string& origin) {
   JsonReader doc(document, origin);
@@ -166,13 +156,6 @@ Program program_from_json(const nlohmann::json& document, const std::string& ori
     }
     program.group_id(dims);
   }
-  static constexpr std::array<std::pair<std::string_view, Phase>, 5> phases{
-      {{"init", Phase::init}, {"forward", Phase::forward}, {"backward", Phase::backward},
-       {"recompute", Phase::recompute}, {"optimizer", Phase::optimizer}}};
-  static constexpr std::array<std::pair<std::string_view, CollectiveKind>, 5> kinds{
-      {{"all_reduce", CollectiveKind::all_reduce}, {"all_gather", CollectiveKind::all_gather},
-       {"reduce_scatter", CollectiveKind::reduce_scatter}, {"broadcast", CollectiveKind::broadcast},
-       {"all_to_all", CollectiveKind::all_to_all}}};
   JsonReader ops = doc.at("ops");
   for (std::size_t i = 0; i < ops.size(); ++i) {
     JsonReader o = ops.at(i);
@@ -180,7 +163,7 @@ Program program_from_json(const nlohmann::json& document, const std::string& ori
     op.iteration = static_cast<int>(o.at("iteration").as_int());
     op.name = o.at("name").as_string();
     op.module = o.get_string("module", "");
-    op.phase = parse_enum(o.at("phase"), phases);
+    op.phase = parse_enum(o.at("phase"), kPhaseNames);
     op.stream = static_cast<int>(o.at("stream").as_int());
     if (op.stream < 0 || op.stream >= static_cast<int>(program.streams.size())) o.at("stream").fail("no such stream");
     for (std::size_t k = 0; k < o.at("deps").size(); ++k) {
@@ -207,7 +190,7 @@ Program program_from_json(const nlohmann::json& document, const std::string& ori
       op.params = o.get_string_list("params");
     } else if (type == "collective") {
       op.type = OpType::collective;
-      op.kind = parse_enum(o.at("kind"), kinds);
+      op.kind = parse_enum(o.at("kind"), kCollectiveKindNames);
       op.comm_key = o.get_string("op", "");
       op.group = static_cast<int>(o.at("group").as_int());
       if (op.group < 0 || op.group >= static_cast<int>(program.groups.size())) o.at("group").fail("no such group");

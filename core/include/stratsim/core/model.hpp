@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,8 @@ enum class LeafKind {
 };
 
 std::string_view leaf_kind_name(LeafKind kind);
+std::optional<LeafKind> parse_leaf_kind(std::string_view type);  // a leaf module type, aliases included
+std::string leaf_type_list();                                     // "Linear, ReLU, ..." for error messages
 
 struct Parameter {
   std::string fqn;   // "u1.seq.1.weight"; a root parameter is just "p"
