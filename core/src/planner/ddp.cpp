@@ -116,34 +116,34 @@ void DataParallel::construct(Instance& ddp) {
   const int size = context_.mesh.group_size(dims);
   std::int64_t meta = 0;
   for (int p : ddp.params) meta += 2 * static_cast<std::int64_t>(context_.model.params[p].shape.size());
-  builder_.collective({CollectiveKind::all_gather,
-                       "c10d.allgather_",
-                       dims,
-                       8 * size,
-                       8,
-                       8 * size,
-                       DType::int64,
-                       stream(ddp),
-                       Phase::init,
-                       ddp.module,
-                       "ddp verify parameter count",
-                       {},
-                       {},
-                       OpRole::ddp_param_count});
-  builder_.collective({CollectiveKind::broadcast,
-                       "c10d.broadcast_",
-                       dims,
-                       8 * meta,
-                       8 * meta,
-                       8 * meta,
-                       DType::int64,
-                       stream(ddp),
-                       Phase::init,
-                       ddp.module,
-                       "ddp verify parameter shapes",
-                       {},
-                       {},
-                       OpRole::ddp_param_shapes});
+  builder_.collective({.kind = CollectiveKind::all_gather,
+                       .key = "c10d.allgather_",
+                       .dims = dims,
+                       .bytes = 8 * size,
+                       .input_bytes = 8,
+                       .output_bytes = 8 * size,
+                       .dtype = DType::int64,
+                       .stream = stream(ddp),
+                       .phase = Phase::init,
+                       .module = ddp.module,
+                       .reason = "ddp verify parameter count",
+                       .params = {},
+                       .deps = {},
+                       .role = OpRole::ddp_param_count});
+  builder_.collective({.kind = CollectiveKind::broadcast,
+                       .key = "c10d.broadcast_",
+                       .dims = dims,
+                       .bytes = 8 * meta,
+                       .input_bytes = 8 * meta,
+                       .output_bytes = 8 * meta,
+                       .dtype = DType::int64,
+                       .stream = stream(ddp),
+                       .phase = Phase::init,
+                       .module = ddp.module,
+                       .reason = "ddp verify parameter shapes",
+                       .params = {},
+                       .deps = {},
+                       .role = OpRole::ddp_param_shapes});
   if (ddp.config.init_sync && size > 1)
     for (int id : builder_.broadcast_module_states(ddp.params, dims, context_.act_dtype(), stream(ddp), ddp.module,
                                                    "ddp sync module states", OpRole::ddp_module_states))
@@ -186,34 +186,34 @@ void DataParallel::rebuild(Instance& ddp) {
   ddp.rebuilt_at = context_.iteration;
   const std::int64_t indices_bytes = 4 * (static_cast<std::int64_t>(ddp.params.size()) + 1);
   const std::int64_t sizes_bytes = 4 * static_cast<std::int64_t>(ddp.buckets.size());
-  builder_.pending_deps.push_back(builder_.collective({CollectiveKind::broadcast,
-                                                       "c10d.broadcast_",
-                                                       ddp.dims,
-                                                       indices_bytes,
-                                                       indices_bytes,
-                                                       indices_bytes,
-                                                       DType::int32,
-                                                       stream(ddp),
-                                                       Phase::forward,
-                                                       ddp.module,
-                                                       "ddp rebuild bucket indices",
-                                                       {},
-                                                       {builder_.last_compute},
-                                                       OpRole::ddp_bucket_indices}));
-  builder_.pending_deps.push_back(builder_.collective({CollectiveKind::broadcast,
-                                                       "c10d.broadcast_",
-                                                       ddp.dims,
-                                                       sizes_bytes,
-                                                       sizes_bytes,
-                                                       sizes_bytes,
-                                                       DType::int32,
-                                                       stream(ddp),
-                                                       Phase::forward,
-                                                       ddp.module,
-                                                       "ddp rebuild bucket sizes",
-                                                       {},
-                                                       {builder_.last_compute},
-                                                       OpRole::ddp_bucket_sizes}));
+  builder_.pending_deps.push_back(builder_.collective({.kind = CollectiveKind::broadcast,
+                                                       .key = "c10d.broadcast_",
+                                                       .dims = ddp.dims,
+                                                       .bytes = indices_bytes,
+                                                       .input_bytes = indices_bytes,
+                                                       .output_bytes = indices_bytes,
+                                                       .dtype = DType::int32,
+                                                       .stream = stream(ddp),
+                                                       .phase = Phase::forward,
+                                                       .module = ddp.module,
+                                                       .reason = "ddp rebuild bucket indices",
+                                                       .params = {},
+                                                       .deps = {builder_.last_compute},
+                                                       .role = OpRole::ddp_bucket_indices}));
+  builder_.pending_deps.push_back(builder_.collective({.kind = CollectiveKind::broadcast,
+                                                       .key = "c10d.broadcast_",
+                                                       .dims = ddp.dims,
+                                                       .bytes = sizes_bytes,
+                                                       .input_bytes = sizes_bytes,
+                                                       .output_bytes = sizes_bytes,
+                                                       .dtype = DType::int32,
+                                                       .stream = stream(ddp),
+                                                       .phase = Phase::forward,
+                                                       .module = ddp.module,
+                                                       .reason = "ddp rebuild bucket sizes",
+                                                       .params = {},
+                                                       .deps = {builder_.last_compute},
+                                                       .role = OpRole::ddp_bucket_sizes}));
 }
 
 void DataParallel::grad_ready(int p, int producer) {
@@ -250,20 +250,20 @@ void DataParallel::mark_ready(Instance& ddp, int variable, int producer) {
 // per parameter.
 void DataParallel::reduce_used_map(Instance& ddp, int producer) {
   const std::int64_t bytes = 4 * static_cast<std::int64_t>(ddp.params.size());
-  builder_.iteration_grad_ops.push_back(builder_.collective({CollectiveKind::all_reduce,
-                                                             "c10d.allreduce_",
-                                                             ddp.dims,
-                                                             bytes,
-                                                             bytes,
-                                                             bytes,
-                                                             DType::int32,
-                                                             stream(ddp),
-                                                             Phase::backward,
-                                                             ddp.module,
-                                                             "ddp local_used_map",
-                                                             {},
-                                                             {producer},
-                                                             OpRole::ddp_used_map}));
+  builder_.iteration_grad_ops.push_back(builder_.collective({.kind = CollectiveKind::all_reduce,
+                                                             .key = "c10d.allreduce_",
+                                                             .dims = ddp.dims,
+                                                             .bytes = bytes,
+                                                             .input_bytes = bytes,
+                                                             .output_bytes = bytes,
+                                                             .dtype = DType::int32,
+                                                             .stream = stream(ddp),
+                                                             .phase = Phase::backward,
+                                                             .module = ddp.module,
+                                                             .reason = "ddp local_used_map",
+                                                             .params = {},
+                                                             .deps = {producer},
+                                                             .role = OpRole::ddp_used_map}));
 }
 
 void DataParallel::launch(Instance& ddp, int bucket, int producer) {
@@ -280,20 +280,20 @@ void DataParallel::launch(Instance& ddp, int bucket, int producer) {
   }
   if (hook == CommHook::fp16_compress) dtype = DType::float16;
   if (hook == CommHook::bf16_compress) dtype = DType::bfloat16;
-  builder_.iteration_grad_ops.push_back(builder_.collective({CollectiveKind::all_reduce,
-                                                             "c10d.allreduce_",
-                                                             ddp.dims,
-                                                             bytes,
-                                                             bytes,
-                                                             bytes,
-                                                             dtype,
-                                                             stream(ddp),
-                                                             Phase::backward,
-                                                             ddp.module,
-                                                             fmt::format("ddp bucket {}", bucket),
-                                                             std::move(names),
-                                                             {producer},
-                                                             OpRole::ddp_bucket}));
+  builder_.iteration_grad_ops.push_back(builder_.collective({.kind = CollectiveKind::all_reduce,
+                                                             .key = "c10d.allreduce_",
+                                                             .dims = ddp.dims,
+                                                             .bytes = bytes,
+                                                             .input_bytes = bytes,
+                                                             .output_bytes = bytes,
+                                                             .dtype = dtype,
+                                                             .stream = stream(ddp),
+                                                             .phase = Phase::backward,
+                                                             .module = ddp.module,
+                                                             .reason = fmt::format("ddp bucket {}", bucket),
+                                                             .params = std::move(names),
+                                                             .deps = {producer},
+                                                             .role = OpRole::ddp_bucket}));
 }
 
 void DataParallel::end_backward() {

@@ -141,10 +141,20 @@ int FullyShard::all_gather(int u, Phase phase, const char* why) {
   std::vector<std::string> names;
   for (int p : unit.params) names.push_back(context_.model.params[p].fqn);
   const std::string& label = context_.label(unit.module);
-  const int id =
-      builder_.collective({CollectiveKind::all_gather, "c10d._allgather_base_", unit.shard_dims, unit.padded * d,
-                           unit.shard * d, unit.padded * d, dtype, "fsdp.unshard", phase, unit.module,
-                           fmt::format("fsdp unit {} ({})", label, why), std::move(names), deps, OpRole::fsdp_unshard});
+  const int id = builder_.collective({.kind = CollectiveKind::all_gather,
+                                      .key = "c10d._allgather_base_",
+                                      .dims = unit.shard_dims,
+                                      .bytes = unit.padded * d,
+                                      .input_bytes = unit.shard * d,
+                                      .output_bytes = unit.padded * d,
+                                      .dtype = dtype,
+                                      .stream = "fsdp.unshard",
+                                      .phase = phase,
+                                      .module = unit.module,
+                                      .reason = fmt::format("fsdp unit {} ({})", label, why),
+                                      .params = std::move(names),
+                                      .deps = deps,
+                                      .role = OpRole::fsdp_unshard});
   unit.unsharded = true;
   unit.all_gather_op = id;
   builder_.add_memory(unit.padded * d, MemoryTracker::Kind::unsharded);
@@ -249,50 +259,50 @@ void FullyShard::post_backward(int u, int producer) {
   const std::string& label = context_.label(unit.module);
   int id = -1;
   if (!sharded) {
-    id = builder_.collective({CollectiveKind::all_reduce,
-                              "c10d.allreduce_",
-                              unit.shard_dims,
-                              unit.numel * d,
-                              unit.numel * d,
-                              unit.numel * d,
-                              reduce,
-                              "fsdp.reduce_scatter",
-                              Phase::backward,
-                              unit.module,
-                              fmt::format("fsdp unit {} (NO_SHARD gradient)", label),
-                              names,
-                              {producer},
-                              OpRole::fsdp_reduce_grad});
+    id = builder_.collective({.kind = CollectiveKind::all_reduce,
+                              .key = "c10d.allreduce_",
+                              .dims = unit.shard_dims,
+                              .bytes = unit.numel * d,
+                              .input_bytes = unit.numel * d,
+                              .output_bytes = unit.numel * d,
+                              .dtype = reduce,
+                              .stream = "fsdp.reduce_scatter",
+                              .phase = Phase::backward,
+                              .module = unit.module,
+                              .reason = fmt::format("fsdp unit {} (NO_SHARD gradient)", label),
+                              .params = names,
+                              .deps = {producer},
+                              .role = OpRole::fsdp_reduce_grad});
   } else {
-    id = builder_.collective({CollectiveKind::reduce_scatter,
-                              "c10d._reduce_scatter_base_",
-                              unit.shard_dims,
-                              unit.padded * d,
-                              unit.padded * d,
-                              unit.shard * d,
-                              reduce,
-                              "fsdp.reduce_scatter",
-                              Phase::backward,
-                              unit.module,
-                              fmt::format("fsdp unit {} (post-backward)", label),
-                              names,
-                              {producer},
-                              OpRole::fsdp_reduce_grad});
+    id = builder_.collective({.kind = CollectiveKind::reduce_scatter,
+                              .key = "c10d._reduce_scatter_base_",
+                              .dims = unit.shard_dims,
+                              .bytes = unit.padded * d,
+                              .input_bytes = unit.padded * d,
+                              .output_bytes = unit.shard * d,
+                              .dtype = reduce,
+                              .stream = "fsdp.reduce_scatter",
+                              .phase = Phase::backward,
+                              .module = unit.module,
+                              .reason = fmt::format("fsdp unit {} (post-backward)", label),
+                              .params = names,
+                              .deps = {producer},
+                              .role = OpRole::fsdp_reduce_grad});
     if (!unit.replicate_dims.empty())
-      id = builder_.collective({CollectiveKind::all_reduce,
-                                "c10d.allreduce_",
-                                unit.replicate_dims,
-                                unit.shard * d,
-                                unit.shard * d,
-                                unit.shard * d,
-                                reduce,
-                                "fsdp.all_reduce",
-                                Phase::backward,
-                                unit.module,
-                                fmt::format("fsdp unit {} (HSDP replicate)", label),
-                                names,
-                                {id},
-                                OpRole::fsdp_replicate_grad});
+      id = builder_.collective({.kind = CollectiveKind::all_reduce,
+                                .key = "c10d.allreduce_",
+                                .dims = unit.replicate_dims,
+                                .bytes = unit.shard * d,
+                                .input_bytes = unit.shard * d,
+                                .output_bytes = unit.shard * d,
+                                .dtype = reduce,
+                                .stream = "fsdp.all_reduce",
+                                .phase = Phase::backward,
+                                .module = unit.module,
+                                .reason = fmt::format("fsdp unit {} (HSDP replicate)", label),
+                                .params = names,
+                                .deps = {id},
+                                .role = OpRole::fsdp_replicate_grad});
   }
   builder_.iteration_grad_ops.push_back(id);
   // The unsharded gradient becomes the sharded one.

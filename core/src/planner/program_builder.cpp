@@ -134,20 +134,20 @@ std::vector<int> ProgramBuilder::broadcast_module_states(const std::vector<int>&
   std::int64_t bytes = 0;
   auto flush = [&]() {
     if (names.empty()) return;
-    ids.push_back(collective({CollectiveKind::broadcast,
-                              "c10d.broadcast_",
-                              dims,
-                              bytes,
-                              bytes,
-                              bytes,
-                              dtype,
-                              stream,
-                              Phase::init,
-                              module,
-                              reason,
-                              std::move(names),
-                              {},
-                              role}));
+    ids.push_back(collective({.kind = CollectiveKind::broadcast,
+                              .key = "c10d.broadcast_",
+                              .dims = dims,
+                              .bytes = bytes,
+                              .input_bytes = bytes,
+                              .output_bytes = bytes,
+                              .dtype = dtype,
+                              .stream = stream,
+                              .phase = Phase::init,
+                              .module = module,
+                              .reason = reason,
+                              .params = std::move(names),
+                              .deps = {},
+                              .role = role}));
     names.clear();
     bytes = 0;
   };

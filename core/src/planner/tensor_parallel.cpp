@@ -317,20 +317,20 @@ int TensorParallel::reduce_partial_grad(int p, int producer) {
   const Parameter& param = context_.model.params[p];
   const std::int64_t grad_bytes = context_.param_bytes(p);
   const std::vector<int>& dims = partial_grad_dims_[p];
-  const int id = builder_.collective({CollectiveKind::all_reduce,
-                                      "c10d_functional.all_reduce",
-                                      dims,
-                                      grad_bytes,
-                                      grad_bytes,
-                                      grad_bytes,
-                                      param.dtype,
-                                      "tp." + context_.group_name(dims),
-                                      Phase::backward,
-                                      param.module,
-                                      fmt::format("tp {} Partial grad -> Replicate", param.fqn),
-                                      {param.fqn},
-                                      {producer},
-                                      OpRole::tp_param_grad});
+  const int id = builder_.collective({.kind = CollectiveKind::all_reduce,
+                                      .key = "c10d_functional.all_reduce",
+                                      .dims = dims,
+                                      .bytes = grad_bytes,
+                                      .input_bytes = grad_bytes,
+                                      .output_bytes = grad_bytes,
+                                      .dtype = param.dtype,
+                                      .stream = "tp." + context_.group_name(dims),
+                                      .phase = Phase::backward,
+                                      .module = param.module,
+                                      .reason = fmt::format("tp {} Partial grad -> Replicate", param.fqn),
+                                      .params = {param.fqn},
+                                      .deps = {producer},
+                                      .role = OpRole::tp_param_grad});
   builder_.pending_deps.push_back(id);
   return id;
 }
