@@ -1,0 +1,206 @@
+// The computation behind `stratsim compare` (see comparison.hpp): reports are matched by op id
+// (the same program gives the same ids) and checked by name.
+#include "stratsim/core/comparison.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "stratsim/core/errors.hpp"
+#include "stratsim/core/run_analysis.hpp"
+
+namespace stratsim::core {
+namespace {
+
+using json = nlohmann::json;
+
+double number(const json& object, const char* key, const std::string& where) {
+  if (!object.contains(key) || !object[key].is_number())
+    throw InputError(fmt::format("{}: field \"{}\": expected a number", where, key));
+  return object[key].get<double>();
+}
+
+std::string percent(const std::optional<double>& error) {
+  return error ? fmt::format("{:+.1f}%", 100 * *error) : std::string("-");
+}
+
+json error_json(const std::optional<double>& error) { return error ? json(*error) : json(nullptr); }
+
+std::vector<ComparisonRow> step_rows(const RunReport& a, const RunReport& b) {
+  const json &ia = a.document["iterations"], &ib = b.document["iterations"];
+  if (ia.size() != ib.size())
+    throw InputError(fmt::format("{} has {} iterations but {} has {}: compare runs of the same program", a.file,
+                                 ia.size(), b.file, ib.size()));
+  std::vector<ComparisonRow> rows;
+  for (std::size_t i = 0; i < ia.size(); ++i)
+    rows.push_back(
+        {std::to_string(i + 1), "", number(ia[i], "step_time_s", a.file), number(ib[i], "step_time_s", b.file)});
+  return rows;
+}
+
+// Per collective op: the mean duration over its group instances.
+std::vector<ComparisonRow> collective_rows(const RunReport& a, const RunReport& b) {
+  struct Sum {
+    std::string name, detail;
+    double total = 0;
+    int count = 0;
+  };
+  const auto collect = [](const RunReport& report) {
+    std::map<int, Sum> ops;
+    for (const json& c : report.document["collectives"]) {
+      Sum& sum = ops[static_cast<int>(number(c, "op", report.file))];
+      sum.name = c.value("name", "");
+      sum.detail = fmt::format("{} {} B x{}", c.value("kind", ""), number(c, "bytes", report.file),
+                               static_cast<int>(number(c, "group_size", report.file)));
+      sum.total += number(c, "duration_s", report.file);
+      ++sum.count;
+    }
+    return ops;
+  };
+  const auto predicted = collect(a), measured = collect(b);
+  std::vector<ComparisonRow> rows;
+  for (const auto& [op, p] : predicted) {
+    const auto it = measured.find(op);
+    if (it == measured.end() || it->second.name != p.name)
+      throw InputError(fmt::format("collective op {} (\"{}\") of {} is not in {}: compare runs of the same program", op,
+                                   p.name, a.file, b.file));
+    rows.push_back({p.name, p.detail, p.total / p.count, it->second.total / it->second.count});
+  }
+  if (rows.size() != measured.size())
+    throw InputError(fmt::format("{} has collectives that {} lacks: compare runs of the same program", b.file, a.file));
+  return rows;
+}
+
+// Busy time per stream on the first rank entry (a simulation's representative rank stands for all).
+std::vector<ComparisonRow> stream_rows(const RunReport& a, const RunReport& b) {
+  std::vector<ComparisonRow> rows;
+  if (a.document["ranks"].empty() || b.document["ranks"].empty()) return rows;
+  const json& sa = a.document["ranks"][0].value("streams", json::object());
+  const json& sb = b.document["ranks"][0].value("streams", json::object());
+  for (const auto& [stream, busy] : sa.items())
+    if (sb.contains(stream)) rows.push_back({stream, "", busy.get<double>(), sb[stream].get<double>()});
+  return rows;
+}
+
+void table(std::ostringstream& out, const std::string& title, const std::string& label,
+           const std::vector<ComparisonRow>& rows) {
+  out << "\n" << title << ":\n";
+  out << fmt::format("  {:<36}  {:>14}  {:>14}  {:>8}\n", label, "predicted", "measured", "error");
+  for (const ComparisonRow& row : rows)
+    out << fmt::format("  {:<36}  {:>14}  {:>14}  {:>8}{}\n", row.label.substr(0, 36), format_seconds(row.predicted),
+                       format_seconds(row.measured), percent(row.error()), row.detail.empty() ? "" : "  " + row.detail);
+}
+
+json rows_json(const std::vector<ComparisonRow>& rows, const char* label) {
+  json array = json::array();
+  for (const ComparisonRow& row : rows)
+    array.push_back({{label, row.label},
+                     {"predicted_s", row.predicted},
+                     {"measured_s", row.measured},
+                     {"error", error_json(row.error())}});
+  return array;
+}
+
+ComparedRun described(const RunReport& report) {
+  return {report.file, report.document.value("mode", ""), report.document.value("platform", "")};
+}
+
+}  // namespace
+
+RunReport run_report_from_json(json doc, const std::string& origin) {
+  if (!doc.is_object() || doc.value("format", "") != "stratsim.simulation" || doc.value("version", 0) != 1)
+    throw InputError(
+        fmt::format("{}: expected a stratsim report (\"format\": \"stratsim.simulation\", version 1) "
+                    "from `stratsim simulate --json` or `stratsim run --json`",
+                    origin));
+  for (const char* key : {"iterations", "collectives", "ranks"})
+    if (!doc.contains(key) || !doc[key].is_array())
+      throw InputError(fmt::format("{}: field \"{}\": expected an array", origin, key));
+  return {origin, std::move(doc)};
+}
+
+RunReport load_run_report(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot read file", path));
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::parse_error& error) {
+    throw InputError(fmt::format("{}: not JSON: {}", path, error.what()));
+  }
+  return run_report_from_json(std::move(doc), path);
+}
+
+std::optional<double> ComparisonRow::error() const {
+  if (measured == 0) return std::nullopt;
+  return (predicted - measured) / measured;
+}
+
+std::optional<double> mean_abs_error(const std::vector<ComparisonRow>& rows) {
+  double total = 0;
+  int count = 0;
+  for (const ComparisonRow& row : rows)
+    if (const auto error = row.error()) total += std::fabs(*error), ++count;
+  if (count == 0) return std::nullopt;
+  return total / count;
+}
+
+std::optional<double> Comparison::mean_abs_step_error() const { return mean_abs_error(steps); }
+std::optional<double> Comparison::mean_abs_collective_error() const { return mean_abs_error(collectives); }
+
+std::vector<ComparisonRow> largest_errors(std::vector<ComparisonRow> rows, int top) {
+  std::stable_sort(rows.begin(), rows.end(), [](const ComparisonRow& x, const ComparisonRow& y) {
+    return std::fabs(x.error().value_or(0)) > std::fabs(y.error().value_or(0));
+  });
+  if (static_cast<int>(rows.size()) > top) rows.resize(top);
+  return rows;
+}
+
+Comparison compare_runs(const RunReport& a, const RunReport& b) {
+  if (a.document.value("world_size", 0) != b.document.value("world_size", 0))
+    throw InputError(fmt::format("{} ran {} ranks but {} ran {}: compare runs of the same program", a.file,
+                                 a.document.value("world_size", 0), b.file, b.document.value("world_size", 0)));
+  Comparison comparison;
+  comparison.predicted = described(a);
+  comparison.measured = described(b);
+  comparison.steps = step_rows(a, b);
+  comparison.collectives = collective_rows(a, b);
+  comparison.streams = stream_rows(a, b);
+  return comparison;
+}
+
+std::string comparison_text(const Comparison& c, int top) {
+  std::ostringstream out;
+  out << fmt::format("predicted: {} ({}; {})\n", c.predicted.file, c.predicted.mode, c.predicted.platform);
+  out << fmt::format("measured:  {} ({}; {})\n", c.measured.file, c.measured.mode, c.measured.platform);
+  out << fmt::format("mean |error|: steps {}, collective ops {} (error = (predicted - measured) / measured)\n",
+                     percent(c.mean_abs_step_error()), percent(c.mean_abs_collective_error()));
+  table(out, "steps", "iteration", c.steps);
+  table(out,
+        fmt::format("collective ops, mean duration per instance (largest |error| first, {} of {})",
+                    std::min<std::size_t>(top, c.collectives.size()), c.collectives.size()),
+        "op", largest_errors(c.collectives, top));
+  table(out, "streams (busy time, first rank)", "stream", c.streams);
+  return out.str();
+}
+
+json comparison_json(const Comparison& c) {
+  const auto run = [](const ComparedRun& r) {
+    return json{{"file", r.file}, {"mode", r.mode}, {"platform", r.platform}};
+  };
+  return {{"format", "stratsim.comparison"},
+          {"version", 1},
+          {"predicted", run(c.predicted)},
+          {"measured", run(c.measured)},
+          {"steps", rows_json(c.steps, "iteration")},
+          {"collectives", rows_json(c.collectives, "name")},
+          {"streams", rows_json(c.streams, "stream")},
+          {"mean_abs_step_error", error_json(c.mean_abs_step_error())},
+          {"mean_abs_collective_error", error_json(c.mean_abs_collective_error())}};
+}
+
+}  // namespace stratsim::core
