@@ -1,5 +1,11 @@
 // The strategy core: (model, mesh, plan) -> the collectives PyTorch issues and the program each
 // rank runs, with counts and memory.
+//
+//   const core::Model model = core::load_model("zoo:Net");            // model_io.hpp
+//   const core::Plan plan = core::load_plan("builtin:ddp");           // plan.hpp
+//   const core::PlanResult result = core::plan_training(model, plan, {.rank = 0});
+//   for (const auto& [op, count] : result.counts()) std::cout << op << " x" << count << "\n";
+//   const core::Program& program = result.program;                    // what sim/ and exec/ run
 #pragma once
 
 #include <cstdint>
