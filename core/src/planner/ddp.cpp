@@ -127,22 +127,16 @@ void DataParallel::construct(Instance& ddp) {
                        .phase = Phase::init,
                        .module = ddp.module,
                        .reason = "ddp verify parameter count",
-                       .params = {},
-                       .deps = {},
                        .role = OpRole::ddp_param_count});
   builder_.collective({.kind = CollectiveKind::broadcast,
                        .key = "c10d.broadcast_",
                        .dims = dims,
                        .bytes = 8 * meta,
-                       .input_bytes = 8 * meta,
-                       .output_bytes = 8 * meta,
                        .dtype = DType::int64,
                        .stream = stream(ddp),
                        .phase = Phase::init,
                        .module = ddp.module,
                        .reason = "ddp verify parameter shapes",
-                       .params = {},
-                       .deps = {},
                        .role = OpRole::ddp_param_shapes});
   if (ddp.config.init_sync && size > 1)
     for (int id : builder_.broadcast_module_states(ddp.params, dims, context_.act_dtype(), stream(ddp), ddp.module,
@@ -184,36 +178,23 @@ void DataParallel::rebuild(Instance& ddp) {
   ddp.limits = assignment.size_limits;
   ddp.rebuilt = true;
   ddp.rebuilt_at = context_.iteration;
-  const std::int64_t indices_bytes = 4 * (static_cast<std::int64_t>(ddp.params.size()) + 1);
-  const std::int64_t sizes_bytes = 4 * static_cast<std::int64_t>(ddp.buckets.size());
-  builder_.pending_deps.push_back(builder_.collective({.kind = CollectiveKind::broadcast,
-                                                       .key = "c10d.broadcast_",
-                                                       .dims = ddp.dims,
-                                                       .bytes = indices_bytes,
-                                                       .input_bytes = indices_bytes,
-                                                       .output_bytes = indices_bytes,
-                                                       .dtype = DType::int32,
-                                                       .stream = stream(ddp),
-                                                       .phase = Phase::forward,
-                                                       .module = ddp.module,
-                                                       .reason = "ddp rebuild bucket indices",
-                                                       .params = {},
-                                                       .deps = {builder_.last_compute},
-                                                       .role = OpRole::ddp_bucket_indices}));
-  builder_.pending_deps.push_back(builder_.collective({.kind = CollectiveKind::broadcast,
-                                                       .key = "c10d.broadcast_",
-                                                       .dims = ddp.dims,
-                                                       .bytes = sizes_bytes,
-                                                       .input_bytes = sizes_bytes,
-                                                       .output_bytes = sizes_bytes,
-                                                       .dtype = DType::int32,
-                                                       .stream = stream(ddp),
-                                                       .phase = Phase::forward,
-                                                       .module = ddp.module,
-                                                       .reason = "ddp rebuild bucket sizes",
-                                                       .params = {},
-                                                       .deps = {builder_.last_compute},
-                                                       .role = OpRole::ddp_bucket_sizes}));
+  const auto broadcast_layout = [&](std::int64_t bytes, const char* reason, OpRole role) {
+    builder_.pending_deps.push_back(builder_.collective({.kind = CollectiveKind::broadcast,
+                                                         .key = "c10d.broadcast_",
+                                                         .dims = ddp.dims,
+                                                         .bytes = bytes,
+                                                         .dtype = DType::int32,
+                                                         .stream = stream(ddp),
+                                                         .phase = Phase::forward,
+                                                         .module = ddp.module,
+                                                         .reason = reason,
+                                                         .deps = {builder_.last_compute},
+                                                         .role = role}));
+  };
+  broadcast_layout(4 * (static_cast<std::int64_t>(ddp.params.size()) + 1), "ddp rebuild bucket indices",
+                   OpRole::ddp_bucket_indices);
+  broadcast_layout(4 * static_cast<std::int64_t>(ddp.buckets.size()), "ddp rebuild bucket sizes",
+                   OpRole::ddp_bucket_sizes);
 }
 
 void DataParallel::grad_ready(int p, int producer) {
@@ -254,14 +235,11 @@ void DataParallel::reduce_used_map(Instance& ddp, int producer) {
                                                              .key = "c10d.allreduce_",
                                                              .dims = ddp.dims,
                                                              .bytes = bytes,
-                                                             .input_bytes = bytes,
-                                                             .output_bytes = bytes,
                                                              .dtype = DType::int32,
                                                              .stream = stream(ddp),
                                                              .phase = Phase::backward,
                                                              .module = ddp.module,
                                                              .reason = "ddp local_used_map",
-                                                             .params = {},
                                                              .deps = {producer},
                                                              .role = OpRole::ddp_used_map}));
 }
@@ -284,8 +262,6 @@ void DataParallel::launch(Instance& ddp, int bucket, int producer) {
                                                              .key = "c10d.allreduce_",
                                                              .dims = ddp.dims,
                                                              .bytes = bytes,
-                                                             .input_bytes = bytes,
-                                                             .output_bytes = bytes,
                                                              .dtype = dtype,
                                                              .stream = stream(ddp),
                                                              .phase = Phase::backward,

@@ -83,6 +83,8 @@ int ProgramBuilder::compute(const std::string& name, int module, Phase phase, co
 }
 
 int ProgramBuilder::collective(CollectiveSpec spec) {
+  if (spec.input_bytes < 0) spec.input_bytes = spec.bytes;
+  if (spec.output_bytes < 0) spec.output_bytes = spec.bytes;
   Program& program = result.program;
   ProgramOp op;
   op.iteration = context_.iteration;
@@ -138,15 +140,12 @@ std::vector<int> ProgramBuilder::broadcast_module_states(const std::vector<int>&
                               .key = "c10d.broadcast_",
                               .dims = dims,
                               .bytes = bytes,
-                              .input_bytes = bytes,
-                              .output_bytes = bytes,
                               .dtype = dtype,
                               .stream = stream,
                               .phase = Phase::init,
                               .module = module,
                               .reason = reason,
                               .params = std::move(names),
-                              .deps = {},
                               .role = role}));
     names.clear();
     bytes = 0;

@@ -30,19 +30,21 @@ class MemoryTracker {
 };
 
 // A collective as the planner asks for it; ProgramBuilder::collective turns it into an op and a
-// record.
+// record. In-place collectives (all-reduce, broadcast, an all-to-all of equal parts) may leave
+// input_bytes and output_bytes unset: they are then `bytes`.
 struct CollectiveSpec {
   CollectiveKind kind = CollectiveKind::all_reduce;
   std::string key;  // CommDebugMode key
   std::vector<int> dims;
-  std::int64_t bytes = 0, input_bytes = 0, output_bytes = 0;
+  std::int64_t bytes = 0;
+  std::int64_t input_bytes = -1, output_bytes = -1;  // per-rank send and receive buffers
   DType dtype = DType::float32;
   std::string stream;
   Phase phase = Phase::forward;
   int module = 0;
   std::string reason;
-  std::vector<std::string> params;
-  std::vector<int> deps;
+  std::vector<std::string> params{};
+  std::vector<int> deps{};
   OpRole role = OpRole::none;
 };
 

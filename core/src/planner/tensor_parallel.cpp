@@ -48,6 +48,16 @@ std::int64_t padded_bytes(const Activation& tensor, int dim, int chunks) {
   return tensor.bytes() / extent * (ceil_div(extent, chunks) * chunks);
 }
 
+// The local shape after redistributing `act` from `src` to `dst` over `size` ranks: a gathered
+// dimension grows to the padded whole, a scattered or locally chunked one shrinks to the padded
+// shard (ceil), an all-to-all does both.
+void reshape_after_redistribute(Activation& act, RedistributeOp op, Placement src, Placement dst, int size) {
+  if (op == RedistributeOp::all_gather || op == RedistributeOp::all_to_all) act.shape[src.dim] *= size;
+  const bool scattered = op == RedistributeOp::reduce_scatter || op == RedistributeOp::all_to_all;
+  const bool chunked = src.is_replicate() && dst.is_shard();  // Replicate -> Shard: a local chunk
+  if (scattered || chunked) act.shape[dst.dim] = ceil_div(act.shape[dst.dim], size);
+}
+
 }  // namespace
 
 TensorParallel::TensorParallel(PlanContext& context, ProgramBuilder& builder, BackwardTape& tape)
@@ -194,13 +204,7 @@ void TensorParallel::input_hook(int m, Activation& act, Mode mode) {
     redistribute(forward_op, before, OpRole::tp_input, src, dst, tp.dims, phase, m,
                  fmt::format("tp {} input {}->{}", fqn, src.str(), dst.str()));
   }
-  // Local shape after redistribution.
-  if (forward_op == RedistributeOp::all_gather) act.shape[src.dim] *= size;
-  if (src.is_replicate() && dst.is_shard()) act.shape[dst.dim] = ceil_div(act.shape[dst.dim], size);
-  if (forward_op == RedistributeOp::all_to_all) {
-    act.shape[src.dim] *= size;
-    act.shape[dst.dim] = ceil_div(act.shape[dst.dim], size);
-  }
+  reshape_after_redistribute(act, forward_op, src, dst, size);
   if (mode == Mode::replay || !act.requires_grad) return;
   // Backward: the gradient at the desired layout (Partial for Colwise, whose weight is sharded on
   // its output dim; Shard(-1) for Rowwise) goes back to the input layout.
@@ -238,12 +242,7 @@ void TensorParallel::output_hook(int m, Activation& act, Mode mode) {
     redistribute(forward_op, act, OpRole::tp_output, local, target, tp.dims, phase, m,
                  fmt::format("tp {} output {}->{}", fqn, local.str(), target.str()));
   }
-  if (forward_op == RedistributeOp::all_gather) act.shape[local.dim] *= size;
-  if (forward_op == RedistributeOp::reduce_scatter) act.shape[target.dim] = ceil_div(act.shape[target.dim], size);
-  if (forward_op == RedistributeOp::all_to_all) {
-    act.shape[local.dim] *= size;
-    act.shape[target.dim] = ceil_div(act.shape[target.dim], size);
-  }
+  reshape_after_redistribute(act, forward_op, local, target, size);
   if (mode == Mode::replay) return;
   // Backward: the output gradient arrives in `target` (a Partial target reads as Replicate) and
   // returns to the local layout (Partial reads as Replicate).
@@ -296,12 +295,12 @@ int TensorParallel::redistribute(RedistributeOp op, const Activation& tensor, Op
     case RedistributeOp::all_reduce:
       spec.kind = CollectiveKind::all_reduce;
       spec.key = "c10d_functional.all_reduce";
-      spec.bytes = spec.input_bytes = spec.output_bytes = local;
+      spec.bytes = local;
       break;
     case RedistributeOp::all_to_all:
       spec.kind = CollectiveKind::all_to_all;
       spec.key = "c10d_functional.all_to_all_single";
-      spec.bytes = spec.input_bytes = spec.output_bytes = padded;
+      spec.bytes = padded;
       break;
   }
   ProgramOp& emitted = builder_.result.program.ops[builder_.collective(std::move(spec))];
@@ -321,8 +320,6 @@ int TensorParallel::reduce_partial_grad(int p, int producer) {
                                       .key = "c10d_functional.all_reduce",
                                       .dims = dims,
                                       .bytes = grad_bytes,
-                                      .input_bytes = grad_bytes,
-                                      .output_bytes = grad_bytes,
                                       .dtype = param.dtype,
                                       .stream = "tp." + context_.group_name(dims),
                                       .phase = Phase::backward,
