@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "command.hpp"
+#include "stratsim/cli/command.hpp"
 #include "stratsim/core/comparison.hpp"
 
 namespace stratsim::cli {

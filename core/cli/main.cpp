@@ -6,11 +6,11 @@
 #include <fstream>
 #include <iostream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "command.hpp"
+#include "stratsim/cli/command.hpp"
 
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/model_io.hpp"
@@ -18,59 +18,6 @@
 #include "stratsim/core/planner.hpp"
 #include "stratsim/core/report.hpp"
 #include "stratsim/core/trace.hpp"
-
-namespace stratsim::cli {
-
-void write_atomically(const std::string& path, const std::string& text) {
-  using core::InputError;
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary);
-    if (!out) throw InputError(fmt::format("{}: cannot write file", path));
-    out << text;
-    if (!out.flush()) throw InputError(fmt::format("{}: cannot write file", path));
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    std::filesystem::remove(temporary, error);
-    throw InputError(fmt::format("{}: cannot write file", path));
-  }
-}
-
-void write_all_or_nothing(const std::vector<std::pair<std::string, std::string>>& files) {
-  std::vector<std::string> written;
-  try {
-    for (const auto& [path, text] : files) {
-      write_atomically(path, text);
-      written.push_back(path);
-    }
-  } catch (const core::InputError&) {
-    for (const std::string& path : written) std::filesystem::remove(path);
-    throw;
-  }
-}
-
-void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
-                       const core::Workload& workload) {
-  const core::Analysis analysis = core::analyse(program, result, workload);
-  write_run_outputs(outputs, program, result,
-                    outputs.json ? core::json_report(program, result, analysis).dump(2) + "\n"
-                                 : core::text_report(program, result, analysis));
-}
-
-void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
-                       const std::string& report) {
-  std::vector<std::pair<std::string, std::string>> files;
-  if (!outputs.trace.empty()) files.emplace_back(outputs.trace, core::chrome_trace(program, result));
-  if (!outputs.timeline.empty())
-    files.emplace_back(outputs.timeline, core::timeline_json(program, result).dump() + "\n");
-  if (!outputs.output.empty()) files.emplace_back(outputs.output, report);
-  write_all_or_nothing(files);
-  if (outputs.output.empty()) std::cout << report << std::flush;
-}
-
-}  // namespace stratsim::cli
 
 namespace {
 
@@ -95,7 +42,8 @@ int run_plan(const PlanArgs& args) {
   options.iterations = args.iterations;
   const PlanResult result = plan_training(model, plan, options);
   // Render everything before writing anything.
-  const std::string report = args.json ? json_report(model, plan, result).dump(2) + "\n" : text_report(model, plan, result);
+  const std::string report =
+      args.json ? json_report(model, plan, result).dump(2) + "\n" : text_report(model, plan, result);
   const std::string program = args.emit_program.empty() ? "" : program_to_json(result.program).dump(1) + "\n";
   if (!args.emit_program.empty()) write_atomically(args.emit_program, program);
   if (args.output.empty()) {
@@ -136,8 +84,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "stratsim 0.1.0");
 
   PlanArgs plan_args;
-  CLI::App* plan = app.add_subcommand("plan", "Turn a model and a parallelism plan into PyTorch's collectives and a per-rank program");
-  plan->add_option("--model", plan_args.model, "Model file (JSON/YAML) or zoo:NAME[:key=value,...]")->capture_default_str();
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Turn a model and a parallelism plan into PyTorch's collectives and a per-rank program");
+  plan->add_option("--model", plan_args.model, "Model file (JSON/YAML) or zoo:NAME[:key=value,...]")
+      ->capture_default_str();
   plan->add_option("--plan", plan_args.plan, "Plan file (JSON/YAML) or builtin:NAME")->capture_default_str();
   plan->add_option("--iterations", plan_args.iterations, "Training micro-steps to plan (default: the plan's, else 3)")
       ->check(CLI::Range(1, 1000));

@@ -20,7 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "command.hpp"
+#include "stratsim/cli/command.hpp"
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/model_io.hpp"
 #include "stratsim/core/plan.hpp"

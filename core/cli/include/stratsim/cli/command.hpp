@@ -1,6 +1,12 @@
-// Subcommand registry of the stratsim binary. Each layer (sim, exec) defines its subcommands in
-// its own cli/ source with a static Register object, so core's main() lists them without
-// depending on the layers above it.
+// Subcommand registry of the stratsim binary (library stratsim_cli). Each layer (sim, exec) defines
+// its subcommands in its own cli/ sources, an object library that links stratsim_cli, with a
+// static Register object, so core's main() lists them without depending on the layers above it;
+// the top-level CMakeLists.txt links them all into `stratsim`.
+//
+//   const stratsim::cli::Register hello("hello", [](CLI::App& app) {
+//     CLI::App* cmd = app.add_subcommand("hello", "Say hello");
+//     return stratsim::cli::Subcommand{cmd, [] { std::puts("hello"); return 0; }};
+//   });
 #pragma once
 
 #include <functional>

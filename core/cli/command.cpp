@@ -1,0 +1,66 @@
+// The stratsim command's output helpers, shared by every layer's subcommands: files are written
+// whole or not at all, so a failure never leaves a partial output behind.
+#include "stratsim/cli/command.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "stratsim/core/errors.hpp"
+#include "stratsim/core/report.hpp"
+#include "stratsim/core/trace.hpp"
+
+namespace stratsim::cli {
+
+void write_atomically(const std::string& path, const std::string& text) {
+  using core::InputError;
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary);
+    if (!out) throw InputError(fmt::format("{}: cannot write file", path));
+    out << text;
+    if (!out.flush()) throw InputError(fmt::format("{}: cannot write file", path));
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) {
+    std::filesystem::remove(temporary, error);
+    throw InputError(fmt::format("{}: cannot write file", path));
+  }
+}
+
+void write_all_or_nothing(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<std::string> written;
+  try {
+    for (const auto& [path, text] : files) {
+      write_atomically(path, text);
+      written.push_back(path);
+    }
+  } catch (const core::InputError&) {
+    for (const std::string& path : written) std::filesystem::remove(path);
+    throw;
+  }
+}
+
+void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
+                       const core::Workload& workload) {
+  const core::Analysis analysis = core::analyse(program, result, workload);
+  write_run_outputs(outputs, program, result,
+                    outputs.json ? core::json_report(program, result, analysis).dump(2) + "\n"
+                                 : core::text_report(program, result, analysis));
+}
+
+void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
+                       const std::string& report) {
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!outputs.trace.empty()) files.emplace_back(outputs.trace, core::chrome_trace(program, result));
+  if (!outputs.timeline.empty())
+    files.emplace_back(outputs.timeline, core::timeline_json(program, result).dump() + "\n");
+  if (!outputs.output.empty()) files.emplace_back(outputs.output, report);
+  write_all_or_nothing(files);
+  if (outputs.output.empty()) std::cout << report << std::flush;
+}
+
+}  // namespace stratsim::cli
