@@ -1,7 +1,7 @@
 // Hand-worked anchors: collectives whose schedule (flows, bytes, latency steps) and simulated time
 // are derived by hand from the alpha-beta rules and the test platform's link parameters, never
 // from closed_form_time or estimate_time. The exactness tests compare SimGrid against the closed
-// forms of collective.cpp; a bug shared by a schedule and its closed form (or by the engine and
+// forms in sim/src/collectives/; a bug shared by a schedule and its closed form (or by the engine and
 // every uniform platform) passes those, and fails here.
 //
 // Rules (simulators.md section 5, and the engine's contract in collective.hpp): a phase's flows
