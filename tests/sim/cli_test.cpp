@@ -8,12 +8,22 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "../cli_support.hpp"
+#include "stratsim/core/model_io.hpp"
+#include "stratsim/core/plan.hpp"
+#include "stratsim/core/planner.hpp"
+#include "stratsim/core/run_analysis.hpp"
+#include "stratsim/core/trace.hpp"
+#include "stratsim/sim/simulator.hpp"
 
 namespace {
+
+namespace core = stratsim::core;
+namespace sim = stratsim::sim;
 
 using stratsim::test::CliRun;
 using stratsim::test::read_file;
@@ -23,34 +33,70 @@ CliRun run(const std::string& args, bool stdout_only = false) { return stratsim:
 
 std::string data(const std::string& name) { return std::string(STRATSIM_TEST_DATA) + "/" + name; }
 
+// The library run of the same inputs, done in this process: the command must print and write
+// exactly what the library computes for the model, plan and platform it was given (or defaults to).
+struct LibraryRun {
+  core::Program program;
+  sim::SimResult result;
+  core::Analysis analysis;
+};
+
+LibraryRun library_run(const std::string& model_spec, const std::string& plan_spec, const std::string& platform) {
+  const core::Model model = core::load_model(model_spec);
+  const core::Plan plan = core::load_plan(plan_spec);
+  LibraryRun run;
+  run.program = core::plan_training(model, plan).program;
+  run.result = sim::simulate(run.program, sim::parse_platform(platform));
+  run.analysis = core::analyse(run.program, run.result, core::workload_of(model, plan));
+  return run;
+}
+
+// The text report states the host time the simulation took, the one thing that differs per run.
+std::string without_host_time(const std::string& report) {
+  return std::regex_replace(report, std::regex("simulated in [^)]*\\)"), "simulated in (host time))");
+}
+
 }  // namespace
 
-TEST(SimulateCli, DefaultRunReportsStepTimeAndOverlap) {
-  CliRun r = run("simulate --quiet");
+// The documented defaults: zoo:Net under builtin:ddp (2 ranks) on one h100 node, 3 iterations.
+TEST(SimulateCli, DefaultRunIsNetDdpOnOneH100Node) {
+  CliRun r = run("simulate --quiet", true);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("step"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("overlap"), std::string::npos) << r.out;
+  const LibraryRun expected = library_run("zoo:Net", "builtin:ddp", "h100");
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')),
+            "stratsim simulate: " + std::to_string(expected.program.ops.size()) + " ops, 3 iterations, world size 2");
+  EXPECT_NE(r.out.find("\nmode: representative (1 simulated rank stands for all 2 ranks)\n"), std::string::npos)
+      << r.out;
+  ASSERT_EQ(expected.analysis.iterations.size(), 3u);
+  EXPECT_EQ(without_host_time(r.out),
+            without_host_time(core::text_report(expected.program, expected.result, expected.analysis)));
 }
 
 TEST(SimulateCli, WritesReportTraceAndTimeline) {
-  const std::string report = temp_path("report.json"), trace = temp_path("trace.json"), timeline = temp_path("timeline.json");
-  CliRun r = run("simulate --quiet --model zoo:TestModel --plan builtin:fsdp-tp --platform h100:gpus=4 --json -o " + report +
-                 " --trace " + trace + " --timeline " + timeline,
+  const std::string report = temp_path("report.json"), trace = temp_path("trace.json"),
+                    timeline = temp_path("timeline.json");
+  CliRun r = run("simulate --quiet --model zoo:TestModel --plan builtin:fsdp-tp --platform h100:gpus=4 --json -o " +
+                     report + " --trace " + trace + " --timeline " + timeline,
                  true);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(r.out.empty()) << r.out;
+  const LibraryRun expected = library_run("zoo:TestModel", "builtin:fsdp-tp", "h100:gpus=4");
   const auto doc = nlohmann::json::parse(read_file(report));
   EXPECT_EQ(doc["format"], "stratsim.simulation");
-  EXPECT_FALSE(doc["iterations"].empty());
+  EXPECT_EQ(doc["iterations"].size(), 3u);  // the default when the plan sets none
+  EXPECT_EQ(doc, core::json_report(expected.program, expected.result, expected.analysis));
   const std::string trace_text = read_file(trace);
   EXPECT_TRUE(std::regex_search(trace_text, std::regex("\"rank\":\\s+\\d+"))) << "HTA needs a space after \"rank\":";
-  EXPECT_FALSE(nlohmann::json::parse(trace_text)["traceEvents"].empty());
-  EXPECT_EQ(nlohmann::json::parse(read_file(timeline))["format"], "stratsim.timeline");
+  EXPECT_EQ(trace_text, core::chrome_trace(expected.program, expected.result));
+  const auto timeline_doc = nlohmann::json::parse(read_file(timeline));
+  EXPECT_EQ(timeline_doc["format"], "stratsim.timeline");
+  EXPECT_EQ(timeline_doc, core::timeline_json(expected.program, expected.result));
   for (const auto& path : {report, trace, timeline}) std::filesystem::remove(path);
 }
 
 TEST(SimulateCli, SameInputsGiveByteIdenticalJson) {
-  const std::string args = "simulate --quiet --model zoo:Net --plan builtin:ddp-tp --platform h100:nodes=2,gpus=2 --json";
+  const std::string args =
+      "simulate --quiet --model zoo:Net --plan builtin:ddp-tp --platform h100:nodes=2,gpus=2 --json";
   const CliRun a = run(args, true), b = run(args, true);
   ASSERT_EQ(a.code, 0) << a.out;
   EXPECT_EQ(a.out, b.out);
@@ -83,8 +129,8 @@ TEST(SimulateCli, MoreRanksThanDevicesFailsClearly) {
 }
 
 TEST(SimulateCli, BadPlatformsFailWithExitCode2) {
-  for (const std::string& platform : {std::string("nosuch"), std::string("h100:nodes=zero"), std::string("h100:bogus=1"),
-                                      data("platforms/does_not_exist.xml")}) {
+  for (const std::string& platform : {std::string("nosuch"), std::string("h100:nodes=zero"),
+                                      std::string("h100:bogus=1"), data("platforms/does_not_exist.xml")}) {
     CliRun r = run("simulate --quiet --platform " + platform);
     EXPECT_EQ(r.code, 2) << platform << ": " << r.out;
     EXPECT_NE(r.out.find("stratsim: error: "), std::string::npos) << r.out;
@@ -104,8 +150,20 @@ TEST(SimulateCli, BadAlgorithmAndStragglerOptions) {
 TEST(PlatformsCli, ListsPresetsAndDescribesOne) {
   CliRun list = run("platforms");
   ASSERT_EQ(list.code, 0) << list.out;
-  for (const char* name : {"a100", "h100", "h200", "cpu"}) EXPECT_NE(list.out.find(name), std::string::npos) << name;
+  // One line per preset, "  NAME  description", in the documented order.
+  std::vector<std::string> presets;
+  const std::regex preset_line("\n  ([a-z0-9]+) +[A-Z]");
+  for (auto it = std::sregex_iterator(list.out.begin(), list.out.end(), preset_line); it != std::sregex_iterator();
+       ++it)
+    presets.push_back((*it)[1]);
+  EXPECT_EQ(presets, (std::vector<std::string>{"a100", "h100", "h200", "cpu"})) << list.out;
+  // The preset's documented figures (sim/README.md): NVLink 0.3 us per link, so 0.6 us GPU to GPU;
+  // same leaf = NIC 1.25 + leaf switch 0.13 + NIC 1.25 = 2.63 us; across leaves adds the spine and
+  // a second leaf switch: 2.63 + 2 x 0.13 = 2.89 us.
   CliRun one = run("platforms h100:nodes=4");
   ASSERT_EQ(one.code, 0) << one.out;
-  EXPECT_NE(one.out.find("H100"), std::string::npos) << one.out;
+  EXPECT_EQ(one.out,
+            "4 x 8 H100-SXM5-80GB, NVLink 450 GB/s, 1 NIC/GPU 50 GB/s, fat-tree 1:1 (4 nodes per leaf; 989.4 TFLOP/s "
+            "bf16, HBM 3350 GB/s, 80 GiB; latency NVLink 0.6 us, same leaf 2.63 us, across leaves 2.89 us; collective "
+            "overhead 5 us)\n");
 }

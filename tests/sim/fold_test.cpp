@@ -108,6 +108,9 @@ TEST(Fold, WorldShardedFsdpIsExact) {
   EXPECT_EQ(runs.folded.total_nodes, 32);
   EXPECT_EQ(runs.unfolded.folded_nodes, 0);
   expect_same_timings(program, runs, kExact);
+  // Every collective is a ring over the world: a phase starts one flow per simulated member, so
+  // the fold starts exactly 8/32 of the full run's flows.
+  EXPECT_EQ(runs.folded.flows * 32, runs.unfolded.flows * 8);
 }
 
 // One NIC per node and a 4:1 oversubscribed spine: the folded flows share the node NICs and

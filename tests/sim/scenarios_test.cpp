@@ -46,7 +46,7 @@ TEST_P(Scenarios, SimulatesDeterministicallyWithinPhysicalLimits) {
             core::json_report(program, b, core::analyse(program, b, core::Workload{8, 0})).dump());
   EXPECT_EQ(core::chrome_trace(program, a), core::chrome_trace(program, b));
   // Every op ran, in stream order, after its dependencies.
-  ASSERT_FALSE(a.timings.empty());
+  ASSERT_EQ(a.timings.size(), 1u);  // representative mode: one simulated rank stands for all
   for (const auto& timings : a.timings)
     for (const core::ProgramOp& op : program.ops) {
       EXPECT_LE(timings[op.id].issue, timings[op.id].start + 1e-15) << op.name;

@@ -1,5 +1,13 @@
 // The simulator: runs a program on a platform with SimGrid and records when every op ran.
 //
+// Usage (what `stratsim simulate --model zoo:llama2-7b --plan builtin:fsdp --platform h100` does):
+//   const core::Model model = core::load_model("zoo:llama2-7b");         // core/model_io.hpp
+//   const core::Plan plan = core::load_plan("builtin:fsdp");             // core/plan.hpp
+//   const core::PlanResult planned = core::plan_training(model, plan);   // core/planner.hpp
+//   const SimResult result = simulate(planned.program, parse_platform("h100"));  // platform.hpp
+//   std::cout << core::text_report(planned.program, result,              // core/run_analysis.hpp
+//                                  core::analyse(planned.program, result, core::workload_of(model, plan)));
+//
 // Each simulated rank runs its program's streams as concurrent SimGrid actors; an op starts when it
 // is next on its stream and its cross-stream dependencies are done. A collective instance starts
 // only when every member has issued it (NCCL semantics), then runs its algorithm's schedule as

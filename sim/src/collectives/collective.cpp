@@ -1,0 +1,167 @@
+// The public entry points of collective.hpp: algorithm names, which algorithm implements and folds
+// which collective, and the dispatch of schedules and closed forms to the algorithm files (ring,
+// tree, rhd, direct, hierarchical). Argument checks happen here, once, so the algorithm files can
+// assume a valid group, size and costs.
+
+#include "common.hpp"
+
+#include <cctype>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace stratsim::sim {
+
+using namespace collectives;
+
+namespace {
+
+std::string normalized(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    const auto lower = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out.push_back(lower == '-' || lower == ' ' ? '_' : lower);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view algorithm_name(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::automatic:
+      return "auto";
+    case Algorithm::ring:
+      return "ring";
+    case Algorithm::tree:
+      return "tree";
+    case Algorithm::recursive_halving_doubling:
+      return "rhd";
+    case Algorithm::direct:
+      return "direct";
+    case Algorithm::hierarchical:
+      return "hierarchical";
+  }
+  return "unknown";
+}
+
+std::optional<Algorithm> parse_algorithm(std::string_view text) {
+  const std::string name = normalized(text);
+  if (name == "auto" || name == "automatic") return Algorithm::automatic;
+  if (name == "ring") return Algorithm::ring;
+  if (name == "tree" || name == "double_binary_tree") return Algorithm::tree;
+  if (name == "rhd" || name == "recursive_halving_doubling" || name == "halving_doubling")
+    return Algorithm::recursive_halving_doubling;
+  if (name == "direct") return Algorithm::direct;
+  if (name == "hierarchical") return Algorithm::hierarchical;
+  return std::nullopt;
+}
+
+// `auto` implements everything (it resolves to ring at worst); tree is all-reduce and broadcast.
+bool implements(Algorithm algorithm, CollectiveKind kind) {
+  if (algorithm == Algorithm::tree) return kind == CollectiveKind::all_reduce || kind == CollectiveKind::broadcast;
+  return true;
+}
+
+Schedule build_schedule(CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes, double bytes) {
+  check_group_size(static_cast<long long>(member_nodes.size()));
+  check_bytes(bytes);
+  if (algorithm == Algorithm::automatic)
+    fail("build_schedule needs a concrete algorithm; resolve 'auto' with select_algorithm first");
+  if (!implements(algorithm, kind))
+    fail(fmt::format("algorithm '{}' does not implement {}", algorithm_name(algorithm), kind_name(kind)));
+
+  const int p = static_cast<int>(member_nodes.size());
+  Schedule schedule;
+  // The shape requirement holds whatever the size, so a flat group fails the same way at 0 bytes.
+  if (algorithm == Algorithm::hierarchical) {
+    const NodeLayout layout = require_hierarchical_layout(member_nodes);
+    if (bytes > 0) schedule = hierarchical_schedule(kind, layout, bytes, layout.m());
+  } else if (p > 1 && bytes > 0) {
+    switch (algorithm) {
+      case Algorithm::ring:
+        schedule = ring_schedule(kind, p, bytes, p);
+        break;
+      case Algorithm::tree:
+        schedule = tree_schedule(kind, p, bytes);
+        break;
+      case Algorithm::recursive_halving_doubling:
+        schedule = rhd_schedule(kind, p, bytes);
+        break;
+      case Algorithm::direct:
+        schedule = direct_schedule(kind, p, bytes);
+        break;
+      case Algorithm::automatic:
+      case Algorithm::hierarchical:
+        break;
+    }
+  }
+  schedule.kind = kind;
+  schedule.algorithm = algorithm;
+  return schedule;
+}
+
+bool folds(CollectiveKind kind, Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::ring:
+    case Algorithm::hierarchical:
+      return kind != CollectiveKind::all_to_all;
+    case Algorithm::tree:
+      return kind == CollectiveKind::all_reduce;
+    default:
+      return false;
+  }
+}
+
+Schedule build_folded_schedule(CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes,
+                               int full_size, double bytes) {
+  const int p = static_cast<int>(member_nodes.size());
+  check_group_size(p);
+  check_group_size(full_size);
+  if (full_size == p) return build_schedule(kind, algorithm, member_nodes, bytes);
+  if (full_size < p || full_size % p != 0)
+    fail(fmt::format("a group of {} members cannot stand for {}: the full size must be a multiple", p, full_size));
+  if (!folds(kind, algorithm))
+    fail(fmt::format("algorithm '{}' does not fold {}", algorithm_name(algorithm), kind_name(kind)));
+  check_bytes(bytes);
+  Schedule schedule;
+  if (algorithm == Algorithm::hierarchical) {
+    const NodeLayout layout = require_hierarchical_layout(member_nodes);
+    if (bytes > 0) schedule = hierarchical_schedule(kind, layout, bytes, layout.m() * (full_size / p));
+  } else if (bytes > 0) {
+    schedule =
+        algorithm == Algorithm::ring ? ring_schedule(kind, p, bytes, full_size) : tree_all_reduce(p, bytes, full_size);
+  }
+  schedule.kind = kind;
+  schedule.algorithm = algorithm;
+  return schedule;
+}
+
+double closed_form_time(CollectiveKind kind, Algorithm algorithm, int p, double bytes, double alpha, double beta) {
+  check_group_size(p);
+  check_bytes(bytes);
+  check_cost(alpha, "alpha");
+  check_cost(beta, "beta");
+  if (algorithm == Algorithm::automatic) fail("closed_form_time needs a concrete algorithm, not 'auto'");
+  if (algorithm == Algorithm::hierarchical)
+    fail("hierarchical depends on the node shape; use hierarchical_closed_form_time(kind, g, m, ...)");
+  if (!implements(algorithm, kind))
+    fail(fmt::format("algorithm '{}' does not implement {}", algorithm_name(algorithm), kind_name(kind)));
+  if (p == 1 || bytes == 0) return 0;  // nothing moves: the schedule is empty
+  switch (algorithm) {
+    case Algorithm::ring:
+      return ring_closed_form(kind, p, bytes, alpha, beta);
+    case Algorithm::tree:
+      return tree_closed_form(kind, p, bytes, alpha, beta);
+    case Algorithm::recursive_halving_doubling:
+      return rhd_closed_form(kind, p, bytes, alpha, beta);
+    case Algorithm::direct:
+      return direct_closed_form(kind, p, bytes, alpha, beta);
+    case Algorithm::automatic:
+    case Algorithm::hierarchical:
+      break;
+  }
+  return 0;
+}
+
+}  // namespace stratsim::sim

@@ -1,0 +1,145 @@
+// Hierarchical: rings inside each node over NVLink, and across nodes one ring per rail (the members
+// with the same local index), so the g shards of a node cross the inter-node fabric over g NICs in
+// parallel (simulators.md section 5, invariant 2): all-reduce is an intra-node reduce-scatter, an
+// inter-node all-reduce of n/g per rail, and an intra-node all-gather. Only (g-1)/g n per member
+// moves at NVLink speed and 2(m-1)/m n/g at NIC speed, which beats a flat ring across nodes
+// whenever the NICs are the bottleneck. All-gather gathers across nodes first (so the fast
+// intra-node step moves the bulk), reduce-scatter the reverse; broadcast chains across nodes on
+// the root's rail, then inside each node; all-to-all is rail-aligned (PXN-like) in two steps.
+
+#include "common.hpp"
+
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+namespace stratsim::sim::collectives {
+
+using core::CollectiveKind;
+
+// Nodes in order of first appearance; a member's local index is its order within its node.
+NodeLayout node_layout(const std::vector<int>& member_nodes) {
+  NodeLayout layout;
+  std::unordered_map<int, int> index;
+  for (int i = 0; i < static_cast<int>(member_nodes.size()); ++i) {
+    auto [it, inserted] = index.emplace(member_nodes[i], static_cast<int>(layout.nodes.size()));
+    if (inserted) layout.nodes.emplace_back();
+    layout.nodes[it->second].push_back(i);
+  }
+  for (const auto& node : layout.nodes) layout.even = layout.even && node.size() == layout.nodes.front().size();
+  return layout;
+}
+
+NodeLayout require_hierarchical_layout(const std::vector<int>& member_nodes) {
+  NodeLayout layout = node_layout(member_nodes);
+  if (!layout.even) {
+    fail(
+        fmt::format("hierarchical needs the same number of members on every node; the first node has {}, but node "
+                    "sizes differ across the {} nodes",
+                    layout.g(), layout.m()));
+  }
+  if (!layout.hierarchical()) {
+    fail(fmt::format("hierarchical needs at least 2 nodes with at least 2 members each (got {} node(s) of {})",
+                     layout.m(), layout.g()));
+  }
+  return layout;
+}
+
+namespace {
+
+SchedulePhase rings_phase(std::string label, int steps, const std::vector<std::vector<int>>& rings, double bytes) {
+  SchedulePhase phase = make_phase(std::move(label), steps);
+  for (const auto& ring : rings) add_ring(phase, ring, bytes);
+  return phase;
+}
+
+SchedulePhase groups_all_pairs_phase(std::string label, const std::vector<std::vector<int>>& groups, double bytes) {
+  SchedulePhase phase = make_phase(std::move(label), 1);
+  for (const auto& group : groups) add_all_pairs(phase, group, bytes);
+  return phase;
+}
+
+}  // namespace
+
+// `full_m` is the node count of the group the schedule stands for: folded, the rails close over
+// the simulated nodes but carry the full rails' chunks for their latency steps.
+Schedule hierarchical_schedule(CollectiveKind kind, const NodeLayout& layout, double bytes, int full_m) {
+  Schedule schedule;
+  const int g = layout.g(), m = full_m;
+  const auto rails = layout.rails();
+  const double shard = bytes / g;  // what each rail carries across nodes
+  switch (kind) {
+    case CollectiveKind::all_reduce:
+      append(schedule, rings_phase("intra reduce-scatter", g - 1, layout.nodes, ring_pass_bytes(g, bytes)));
+      append(schedule, rings_phase("inter all-reduce", 2 * (m - 1), rails, 2 * ring_pass_bytes(m, shard)));
+      append(schedule, rings_phase("intra all-gather", g - 1, layout.nodes, ring_pass_bytes(g, bytes)));
+      break;
+    case CollectiveKind::all_gather:
+      // Gather each rail's shard across nodes first, so the fast intra-node step moves the bulk.
+      append(schedule, rings_phase("inter all-gather", m - 1, rails, ring_pass_bytes(m, shard)));
+      append(schedule, rings_phase("intra all-gather", g - 1, layout.nodes, ring_pass_bytes(g, bytes)));
+      break;
+    case CollectiveKind::reduce_scatter:
+      append(schedule, rings_phase("intra reduce-scatter", g - 1, layout.nodes, ring_pass_bytes(g, bytes)));
+      append(schedule, rings_phase("inter reduce-scatter", m - 1, rails, ring_pass_bytes(m, shard)));
+      break;
+    case CollectiveKind::broadcast: {
+      // Root is member 0, local index 0: chain across nodes on its rail, then a chain per node.
+      SchedulePhase inter = make_phase("inter broadcast", m - 1);
+      if (m > layout.m()) add_ring(inter, rails.front(), bytes);
+      else add_chain(inter, rails.front(), bytes);
+      append(schedule, std::move(inter));
+      SchedulePhase intra = make_phase("intra broadcast", g - 1);
+      for (const auto& node : layout.nodes) add_chain(intra, node, bytes);
+      append(schedule, std::move(intra));
+      break;
+    }
+    case CollectiveKind::all_to_all:
+      // Rail-aligned (PXN-like): first hand each block to the local member on the destination's
+      // rail (n/g per peer: the m blocks for that local index), then each rail exchanges across
+      // nodes (n/m per peer: the g blocks its node holds for that node's member).
+      append(schedule, groups_all_pairs_phase("intra all-to-all", layout.nodes, bytes / g));
+      append(schedule, groups_all_pairs_phase("inter all-to-all", rails, bytes / m));
+      break;
+  }
+  return schedule;
+}
+
+}  // namespace stratsim::sim::collectives
+
+namespace stratsim::sim {
+
+using namespace collectives;
+
+// With shard = n/g:
+//   all_reduce      2[(g-1)a_i + (g-1)/g n b_i] + 2(m-1)a_e + 2(m-1)/m shard b_e
+//   all_gather,     (g-1)a_i + (g-1)/g n b_i + (m-1)a_e + (m-1)/m shard b_e
+//   reduce_scatter  (same terms, the other order)
+//   broadcast       (m-1)a_e + n b_e + (g-1)a_i + n b_i          (two pipelined chains)
+//   all_to_all      a_i + (g-1)/g n b_i + a_e + (m-1)/m n b_e     (rail-aligned, two steps)
+double hierarchical_closed_form_time(CollectiveKind kind, int g, int m, double bytes, const LinkCosts& costs) {
+  if (g < 2 || m < 2)
+    fail(fmt::format("hierarchical needs at least 2 nodes with at least 2 members each (got {} of {})", m, g));
+  check_group_size(static_cast<long long>(g) * m);
+  check_bytes(bytes);
+  check_costs(costs);
+  if (bytes == 0) return 0;
+  const double n = bytes, shard = bytes / g;
+  const double intra_pass = (g - 1) * costs.alpha_intra + ring_pass_bytes(g, n) * costs.beta_intra;
+  const double inter_pass = (m - 1) * costs.alpha_inter + ring_pass_bytes(m, shard) * costs.beta_inter;
+  switch (kind) {
+    case CollectiveKind::all_reduce:
+      return 2 * intra_pass + 2 * (m - 1) * costs.alpha_inter + 2 * ring_pass_bytes(m, shard) * costs.beta_inter;
+    case CollectiveKind::all_gather:
+    case CollectiveKind::reduce_scatter:
+      return intra_pass + inter_pass;
+    case CollectiveKind::broadcast:
+      return (m - 1) * costs.alpha_inter + n * costs.beta_inter + (g - 1) * costs.alpha_intra + n * costs.beta_intra;
+    case CollectiveKind::all_to_all:
+      return costs.alpha_intra + (g - 1) * (n / g) * costs.beta_intra + costs.alpha_inter +
+             (m - 1) * (n / m) * costs.beta_inter;
+  }
+  return 0;
+}
+
+}  // namespace stratsim::sim

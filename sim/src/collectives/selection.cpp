@@ -1,0 +1,141 @@
+// Choosing an algorithm the way NCCL would: among the algorithms NCCL runs for a collective and
+// that fit the group's shape, the one with the lowest idle-platform alpha-beta estimate, with
+// alpha and beta read off the built platform. estimate_time() evaluates a schedule phase by phase
+// (each phase's largest alpha and its busiest member's bytes, intra or inter per flow), so the
+// selector weighs the real mix of NVLink and network hops of a group, not a uniform figure.
+
+#include "common.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+namespace stratsim::sim {
+
+using namespace collectives;
+
+namespace {
+
+// Direct schedules hold p(p-1) flows per phase; beyond this the selector does not consider them
+// (building and simulating them would dominate the run, and NCCL has no such algorithm either).
+constexpr int kDirectMaxMembers = 64;
+// Two candidate times closer than this (relative) are a tie, resolved by the documented order,
+// so that the choice does not hinge on the last bit of two summation orders.
+constexpr double kTieTolerance = 1e-12;
+
+// counts[k]: members i whose member (i+k) mod p sits on the same node. O(sum of node sizes^2).
+std::vector<int> same_node_offsets(const std::vector<int>& member_nodes) {
+  const int p = static_cast<int>(member_nodes.size());
+  const NodeLayout layout = node_layout(member_nodes);
+  std::vector<int> counts(p, 0);
+  if (layout.m() == 1) return std::vector<int>(p, p);
+  for (const auto& node : layout.nodes)
+    for (int src : node)
+      for (int dst : node)
+        if (src != dst) ++counts[(dst - src + p) % p];
+  return counts;
+}
+
+// estimate_time of the pairwise all-to-all without building its p(p-1) flows: step k is a
+// permutation of equal flows, so it costs the largest alpha plus n/p times the largest beta
+// among its flows, and whether those are intra, inter or both depends only on the offset k.
+double ring_all_to_all_estimate(const std::vector<int>& member_nodes, double bytes, const LinkCosts& costs) {
+  const int p = static_cast<int>(member_nodes.size());
+  const std::vector<int> same_node = same_node_offsets(member_nodes);
+  const double block = bytes / p;
+  double total = 0;
+  for (int k = 1; k < p; ++k) {
+    const bool intra = same_node[k] > 0, inter = same_node[k] < p;
+    const double alpha = std::max(intra ? costs.alpha_intra : 0.0, inter ? costs.alpha_inter : 0.0);
+    const double beta = std::max(intra ? costs.beta_intra : 0.0, inter ? costs.beta_inter : 0.0);
+    total += alpha + block * beta;
+  }
+  return total;
+}
+
+double candidate_time(CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes,
+                      const NodeLayout& layout, double bytes, const LinkCosts& costs) {
+  // Hierarchical phases are all-intra or all-inter, so its estimate is its closed form.
+  if (algorithm == Algorithm::hierarchical)
+    return hierarchical_closed_form_time(kind, layout.g(), layout.m(), bytes, costs);
+  if (algorithm == Algorithm::ring && kind == CollectiveKind::all_to_all)
+    return ring_all_to_all_estimate(member_nodes, bytes, costs);
+  return estimate_time(build_schedule(kind, algorithm, member_nodes, bytes), member_nodes, costs);
+}
+
+// What NCCL itself would consider: rings and double binary trees for reductions, rings for
+// all-gather and reduce-scatter, point-to-point for all-to-all; hierarchical stands for NCCL's
+// multi-channel rings that spread a node's inter-node traffic over all its NICs. Pure alpha-beta
+// would otherwise pick recursive halving-doubling or direct at every size (they have ring's
+// bandwidth term with fewer latency terms), which NCCL never runs; they stay available by name.
+std::vector<Algorithm> nccl_candidates(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::all_reduce:
+      return {Algorithm::ring, Algorithm::tree, Algorithm::hierarchical};
+    case CollectiveKind::broadcast:  // NCCL broadcasts over rings only (trees are all-reduce's)
+    case CollectiveKind::all_gather:
+    case CollectiveKind::reduce_scatter:
+      return {Algorithm::ring, Algorithm::hierarchical};
+    case CollectiveKind::all_to_all:
+      return {Algorithm::ring, Algorithm::hierarchical, Algorithm::direct};
+  }
+  return {Algorithm::ring};
+}
+
+}  // namespace
+
+double estimate_time(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs) {
+  check_costs(costs);
+  const int p = static_cast<int>(member_nodes.size());
+  std::vector<double> egress(p, 0.0), ingress(p, 0.0);
+  std::vector<int> touched;
+  double total = 0;
+  for (const SchedulePhase& phase : schedule.phases) {
+    double alpha = 0;
+    for (const Flow& flow : phase.flows) {
+      if (flow.src < 0 || flow.src >= p || flow.dst < 0 || flow.dst >= p)
+        fail(fmt::format("phase '{}' has a flow {} -> {} outside the group of {}", phase.label, flow.src, flow.dst, p));
+      const bool intra = member_nodes[flow.src] == member_nodes[flow.dst];
+      alpha = std::max(alpha, intra ? costs.alpha_intra : costs.alpha_inter);
+      const double seconds = flow.bytes * (intra ? costs.beta_intra : costs.beta_inter);
+      touched.push_back(flow.src);
+      touched.push_back(flow.dst);
+      egress[flow.src] += seconds;
+      ingress[flow.dst] += seconds;
+    }
+    double bandwidth = 0;
+    for (int member : touched) {
+      bandwidth = std::max({bandwidth, egress[member], ingress[member]});
+      egress[member] = ingress[member] = 0;
+    }
+    touched.clear();
+    total += phase.latency_steps * alpha + bandwidth;
+  }
+  return total;
+}
+
+Algorithm select_algorithm(CollectiveKind kind, const std::vector<int>& member_nodes, double bytes,
+                           const LinkCosts& costs) {
+  check_group_size(static_cast<long long>(member_nodes.size()));
+  check_bytes(bytes);
+  check_costs(costs);
+  const int p = static_cast<int>(member_nodes.size());
+  if (p == 1 || bytes == 0) return Algorithm::ring;  // nothing moves; any choice costs 0
+
+  const NodeLayout layout = node_layout(member_nodes);
+  Algorithm best = Algorithm::ring;
+  double best_time = std::numeric_limits<double>::infinity();
+  for (Algorithm algorithm : nccl_candidates(kind)) {
+    if (!implements(algorithm, kind)) continue;
+    if (algorithm == Algorithm::direct && p > kDirectMaxMembers) continue;
+    if (algorithm == Algorithm::hierarchical && !layout.hierarchical()) continue;
+    const double time = candidate_time(kind, algorithm, member_nodes, layout, bytes, costs);
+    if (time < best_time * (1 - kTieTolerance)) {
+      best = algorithm;
+      best_time = time;
+    }
+  }
+  return best;
+}
+
+}  // namespace stratsim::sim
