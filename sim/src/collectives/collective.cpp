@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "stratsim/core/enum_names.hpp"
+
 namespace stratsim::sim {
 
 using namespace collectives;
@@ -25,37 +27,25 @@ std::string normalized(std::string_view text) {
   return out;
 }
 
+// The first name of an algorithm is the one reports print; the rest are accepted aliases.
+constexpr core::EnumNames<Algorithm, 10> kAlgorithmNames{
+    {{{Algorithm::automatic, "auto"},
+      {Algorithm::ring, "ring"},
+      {Algorithm::tree, "tree"},
+      {Algorithm::recursive_halving_doubling, "rhd"},
+      {Algorithm::direct, "direct"},
+      {Algorithm::hierarchical, "hierarchical"},
+      {Algorithm::automatic, "automatic"},
+      {Algorithm::tree, "double_binary_tree"},
+      {Algorithm::recursive_halving_doubling, "recursive_halving_doubling"},
+      {Algorithm::recursive_halving_doubling, "halving_doubling"}}}};
+
 }  // namespace
 
-std::string_view algorithm_name(Algorithm algorithm) {
-  switch (algorithm) {
-    case Algorithm::automatic:
-      return "auto";
-    case Algorithm::ring:
-      return "ring";
-    case Algorithm::tree:
-      return "tree";
-    case Algorithm::recursive_halving_doubling:
-      return "rhd";
-    case Algorithm::direct:
-      return "direct";
-    case Algorithm::hierarchical:
-      return "hierarchical";
-  }
-  return "unknown";
-}
+std::string_view algorithm_name(Algorithm algorithm) { return kAlgorithmNames.name(algorithm, "unknown"); }
 
-std::optional<Algorithm> parse_algorithm(std::string_view text) {
-  const std::string name = normalized(text);
-  if (name == "auto" || name == "automatic") return Algorithm::automatic;
-  if (name == "ring") return Algorithm::ring;
-  if (name == "tree" || name == "double_binary_tree") return Algorithm::tree;
-  if (name == "rhd" || name == "recursive_halving_doubling" || name == "halving_doubling")
-    return Algorithm::recursive_halving_doubling;
-  if (name == "direct") return Algorithm::direct;
-  if (name == "hierarchical") return Algorithm::hierarchical;
-  return std::nullopt;
-}
+// Names are matched case-insensitively, with '-' and ' ' read as '_'.
+std::optional<Algorithm> parse_algorithm(std::string_view text) { return kAlgorithmNames.parse(normalized(text)); }
 
 // `auto` implements everything (it resolves to ring at worst); tree is all-reduce and broadcast.
 bool implements(Algorithm algorithm, CollectiveKind kind) {
