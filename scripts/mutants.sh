@@ -22,9 +22,9 @@
 # Texts are matched byte for byte (no regex). Trailing blank lines of a section are dropped.
 #
 # Environment: MUTANT_TEST_TIMEOUT (seconds per test run, default 900; a test killed by the timeout
-# counts as a failure, so a mutant that hangs the tests is CAUGHT). TMPDIR picks where the scratch
-# directory goes; ccache only reuses the main build's objects when the scratch directory sits under
-# ccache's base_dir, e.g. TMPDIR=$PWD/build-mutants-tmp (ignored by git).
+# counts as a failure, so a mutant that hangs the tests is CAUGHT). MUTANTS_TMPDIR (default TMPDIR,
+# then /tmp) picks where the scratch directory goes; ccache only reuses the main build's objects
+# when it sits under ccache's base_dir, e.g. MUTANTS_TMPDIR=$PWD/build-mutants-tmp (git ignores it).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -262,7 +262,8 @@ fi
 mapfile -t mutant_files < <(selected_mutants)
 run_check >/dev/null || { run_check; exit 1; }
 
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/stratsim-mutants.XXXXXX")
+# MUTANTS_TMPDIR rather than TMPDIR: the compilers would inherit TMPDIR and leave temporaries there.
+scratch=$(mktemp -d "${MUTANTS_TMPDIR:-${TMPDIR:-/tmp}}/stratsim-mutants.XXXXXX")
 tree="$scratch/tree"
 # The build sits inside the copied tree, as build/ sits in the checkout, so the compile commands'
 # paths relative to ccache's base_dir match the main build's and its cached objects are reused.
