@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "stratsim/core/mesh.hpp"
 
 using namespace stratsim::core;
@@ -41,6 +45,33 @@ TEST(DeviceMesh, GroupsPartitionTheWorld) {
         auto group = mesh.group_ranks(r, {d});
         EXPECT_NE(std::find(group.begin(), group.end(), r), group.end());
         EXPECT_EQ(mesh.rank_at(mesh.coordinate(r)), r);
+      }
+    }
+  }
+}
+
+// group_index numbers a rank's group row-major over the other dims, which is the position of that
+// group in all_groups (the order PyTorch creates them). 3-D meshes tell row-major from a plain sum
+// of coordinates: on [2, 2, 2] along dim 2, rank 4 (coordinate 1, 0, 0) is in the third group,
+// index 2; summing the other coordinates gives 1, rank 2's group.
+TEST(DeviceMesh, GroupIndexIsThePositionInAllGroups) {
+  DeviceMesh cube({2, 2, 2}, {"a", "b", "c"});
+  EXPECT_EQ(cube.group_index(4, {2}), 2);
+  EXPECT_EQ(cube.group_index(2, {2}), 1);
+  EXPECT_EQ(cube.group_index(6, {0}), 2);  // groups {0, 4}, {1, 5}, {2, 6}, {3, 7}
+  for (std::vector<int> shape : {std::vector<int>{8}, {2, 3}, {4, 2, 2}, {3, 1, 5}, {2, 3, 4}}) {
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < shape.size(); ++i) names.push_back("d" + std::to_string(i));
+    DeviceMesh mesh(shape, names);
+    for (int d = 0; d < mesh.ndim(); ++d) {
+      const auto groups = mesh.all_groups({d});
+      for (int r = 0; r < mesh.world_size(); ++r) {
+        const int index = mesh.group_index(r, {d});
+        ASSERT_GE(index, 0);
+        ASSERT_LT(index, static_cast<int>(groups.size()));
+        const auto& group = groups[index];
+        EXPECT_NE(std::find(group.begin(), group.end(), r), group.end())
+            << "rank " << r << " along dim " << d << " of a " << shape.size() << "-d mesh";
       }
     }
   }

@@ -131,6 +131,26 @@ TEST(Analysis, CommunicationOnTwoStreamsIsCountedOnce) {
   EXPECT_DOUBLE_EQ(stream_busy(r, "tp"), 4);
 }
 
+// A collective that runs entirely inside a longer one on another stream: the union keeps the longer
+// one's end. ddp [0,8) contains tp [2,4): communication is 8 s, not cut back to 4 s at tp's end.
+TEST(Analysis, CommunicationInsideLongerCommunicationKeepsItsEnd) {
+  Program program = base_program();
+  add_collective(program, "ddp.bucket0", 1, 0);
+  add_collective(program, "tp.mlp", 2, 1);
+  add_compute(program, "fwd");
+  const RunResult result = representative(program, {{0, 0, 8}, {2, 2, 4}, {6, 6, 10}}, 10);
+  const Analysis a = analyse(program, result, {});
+  const RankStats& r = a.ranks[0];
+  EXPECT_DOUBLE_EQ(r.communication, 8);
+  EXPECT_DOUBLE_EQ(r.exposed_communication, 6);  // compute [6,10) hides [6,8)
+  EXPECT_DOUBLE_EQ(r.overlap, 2.0 / 8.0);
+  EXPECT_DOUBLE_EQ(r.idle, 0);
+  // The per-iteration view merges the same intervals, clipped to the iteration's window.
+  ASSERT_EQ(a.iterations.size(), 1u);
+  EXPECT_DOUBLE_EQ(a.iterations[0].communication, 8);
+  EXPECT_DOUBLE_EQ(a.iterations[0].exposed_communication, 6);
+}
+
 TEST(Analysis, ZeroDurationOpsAddNothing) {
   Program program = base_program();
   add_compute(program, "a");
