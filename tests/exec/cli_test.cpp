@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -129,6 +130,60 @@ struct LongRun {
   }
 };
 
+// The launcher's grace: once a rank has failed, the others get the timeout plus 2 s to fail on
+// their own before the launcher kills what still runs (launcher.hpp, exec/README.md "Failures
+// never hang"). Written out here, not read from the launcher, so a launcher that waits longer
+// fails the tests below.
+constexpr auto kLauncherGrace = std::chrono::seconds(2);
+// What the launcher may take beyond that: its 50 ms supervision tick, killing and reaping three
+// processes, and scheduling delays on a loaded 2-core box or under ASan (measured: 0.1-0.4 s).
+// A grace ten times longer (20 s) still fails by a wide margin.
+constexpr auto kLauncherSlack = std::chrono::seconds(3);
+
+// A process that has exited: gone from /proc, or a zombie not yet reaped.
+bool ended(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  const std::size_t after_name = stat.rfind(')');
+  return stat.empty() || (after_name != std::string::npos && stat.find(" Z ", after_name) == after_name + 1);
+}
+
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// The launcher's exit status, and when the first of `watched` ended and when the launcher did.
+struct Ending {
+  int code = -1;
+  Clock::time_point first_rank_ended, launcher_ended;
+};
+
+// Waits up to `limit` for the launcher (killed past it, code -1) while watching the ranks.
+Ending wait_watching(Process& launcher, const std::vector<pid_t>& watched, std::chrono::seconds limit) {
+  const auto deadline = Clock::now() + limit;
+  Ending ending;
+  bool seen = false;
+  int status = 0;
+  while (Clock::now() < deadline) {
+    for (pid_t rank : watched)
+      if (!seen && ended(rank)) {
+        seen = true;
+        ending.first_rank_ended = Clock::now();
+      }
+    if (::waitpid(launcher.pid, &status, WNOHANG) == launcher.pid) {
+      ending.launcher_ended = Clock::now();
+      if (!seen) ending.first_rank_ended = ending.launcher_ended;
+      ending.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return ending;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(launcher.pid, SIGKILL);
+  ::waitpid(launcher.pid, &status, 0);
+  ending.launcher_ended = Clock::now();
+  return ending;
+}
+
 // Ranks are gone once the launcher returned: it reaps them all.
 void expect_reaped(const std::vector<pid_t>& ranks) {
   for (pid_t rank : ranks) EXPECT_FALSE(alive(rank)) << "rank process " << rank << " left behind";
@@ -213,12 +268,23 @@ TEST(RunCli, AKilledRankFailsTheRunNamingIt) {
   expect_reaped(ranks);
 }
 
+// Timing bounds, measured on this box: the first live rank fails 2.2-2.5 s after the stop (its
+// collective's timeout), the launcher ends 4.1-4.4 s after that (timeout + grace).
 TEST(RunCli, AHungRankIsNamedAndKilledAfterTheTimeout) {
+  constexpr auto timeout = std::chrono::seconds(2);
   LongRun run("hang", "2", std::chrono::seconds(2));
   auto& [plan, launcher, ranks] = run;
   ASSERT_EQ(ranks.size(), 3u);
   ::kill(ranks[2], SIGSTOP);
-  EXPECT_EQ(launcher.wait(std::chrono::seconds(30)), 1) << launcher.err();
+  const auto stopped_at = Clock::now();
+  const Ending ending = wait_watching(launcher, {ranks[0], ranks[1]}, std::chrono::seconds(40));
+  EXPECT_EQ(ending.code, 1) << launcher.err();
+  // The launcher's own share: from the first failure, the timeout plus its grace, no more.
+  EXPECT_LE(seconds_between(ending.first_rank_ended, ending.launcher_ended),
+            std::chrono::duration<double>(timeout + kLauncherGrace + kLauncherSlack).count());
+  // End to end: a live rank's collective times out waiting for the stopped one, then the above.
+  EXPECT_LE(seconds_between(stopped_at, ending.launcher_ended),
+            std::chrono::duration<double>(timeout + timeout + kLauncherGrace + kLauncherSlack).count());
   const std::string err = launcher.err();
   EXPECT_NE(err.find("failed: rank 2 (pid " + std::to_string(ranks[2]) + ") hung"), std::string::npos) << err;
   EXPECT_NE(err.find("Timed out"), std::string::npos) << "the live ranks should report their timeout: " << err;
@@ -232,7 +298,12 @@ TEST(RunCli, ARankHungAtStartupIsNamedToo) {
   auto& [plan, launcher, ranks] = run;
   ASSERT_EQ(ranks.size(), 3u);
   ::kill(ranks[2], SIGSTOP);
-  EXPECT_EQ(launcher.wait(std::chrono::seconds(30)), 1) << launcher.err();
+  const Ending ending = wait_watching(launcher, {ranks[0], ranks[1]}, std::chrono::seconds(40));
+  EXPECT_EQ(ending.code, 1) << launcher.err();
+  // The live ranks take several store waits to give up on a peer that never connects (6.5-7 s
+  // measured with a 2 s timeout); from their first failure the launcher's share is as above.
+  EXPECT_LE(seconds_between(ending.first_rank_ended, ending.launcher_ended),
+            std::chrono::duration<double>(std::chrono::seconds(2) + kLauncherGrace + kLauncherSlack).count());
   const std::string err = launcher.err();
   EXPECT_NE(err.find("rank 2 (pid " + std::to_string(ranks[2]) + ") hung"), std::string::npos) << err;
   EXPECT_EQ(err.find("terminate called"), std::string::npos) << err;
