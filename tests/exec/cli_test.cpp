@@ -274,6 +274,9 @@ TEST(RunCli, BadInputFailsOnceWithStatus2) {
             std::vector<std::string>{"stratsim: error: --compute fast: expected gemm, wait or skip"});
   r = run_cli("run --rdzv tcp://x:1");
   EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(stratsim_lines(r.out),
+            std::vector<std::string>{"stratsim: error: rendezvous \"tcp://x:1\": unknown kind (expected file:DIR or "
+                                     "redis://HOST[:PORT])"});
 }
 
 // NCCL: one rank per GPU. Without a usable GPU (CI, or a build without CUDA) the launcher
