@@ -222,6 +222,8 @@ int run_launcher(const RunArgs& args) {
   if (nproc != planned.result.program.world_size)
     throw InputError(
         fmt::format("--nproc {}: the plan needs {} ranks (its world_size)", nproc, planned.result.program.world_size));
+  // A malformed --rdzv would otherwise be found by every rank, each printing the same error.
+  if (!args.rendezvous.empty()) exec::parse_rendezvous(args.rendezvous, "launcher-check");
   if (args.backend == "nccl") {
     // One GPU per rank: refuse before starting anything, not in every rank.
     std::string why;

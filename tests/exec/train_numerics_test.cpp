@@ -19,9 +19,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../../exec/src/train_numerics.hpp"
 #include "stratsim/core/json_reader.hpp"
 #include "stratsim/core/model_io.hpp"
+#include "train_numerics.hpp"
 
 namespace stratsim::test {
 namespace {

@@ -52,10 +52,11 @@ namespace {
 
 // ---- classification -----------------------------------------------------------------------------
 
-// exec/src/train.cpp's forward-layout refusals: an activation reaching a DTensor boundary in a
-// layout other than the one it declares, or a plain module fed a feature-sharded activation. The
-// random tensor-parallel plan built something PyTorch itself would reject. (A redistribution the
-// program gets wrong reads differently, "the program redistributes from ...", and fails.)
+// The trainer's forward-layout refusals (exec/src/train.cpp, train_dtensor.cpp): an activation
+// reaching a DTensor boundary in a layout other than the one it declares, or a plain module fed a
+// feature-sharded activation. The random tensor-parallel plan built something PyTorch itself
+// would reject. (A redistribution the program gets wrong reads differently, "the program
+// redistributes from ...", and fails.)
 bool layout_message(const std::string& message) {
   for (const char* needle : {"declares its input", "cannot run on a"})
     if (message.find(needle) != std::string::npos) return true;

@@ -3,6 +3,15 @@
 // buffers of the program's sizes and dtypes (one communicator per group instance and stream, so
 // concurrent streams overlap for real), and compute ops are real GEMMs of the op's FLOPs or a
 // calibrated wait.
+//
+// Usage, on rank `rank` of `world` (threads or processes meeting in a directory they all see), in
+// namespace stratsim::exec, with `records` a std::vector<RankRecord>:
+//
+//   const core::Program program = core::plan_training(model, plan, {}).program;  // core/planner.hpp
+//   auto backend = make_gloo_backend(parse_rendezvous("file:/shared/rdzv", "run-1"), rank, world, {});
+//   backend->publish("record/" + std::to_string(rank), encode(execute(program, *backend, {})));
+//   for (int r = 0; r < world; ++r) records.push_back(decode_record(backend->fetch("record/" + std::to_string(r))));
+//   const core::RunResult result = assemble(program, records, "gloo", "this host");  // rank 0, every record in
 #pragma once
 
 #include <functional>

@@ -1,0 +1,158 @@
+// DTensor (tensor parallelism) in the training interpreter: the input layouts each parallelised
+// module declares, the redistributions the program issues (all-gather, reduce-scatter,
+// all-reduce, all-to-all on the activation or its gradient) and the Partial gradients of
+// replicated parameters, summed per micro-step. It owns those boundaries and the per-micro-step
+// Partial buffers; the activations travel with the trainer, which hands them in.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "train_state.hpp"
+
+namespace stratsim::exec::train {
+namespace {
+
+using core::Placement;
+
+// Packs the n chunks along `dim` one after another (chunk k is what rank k gets or sends).
+std::vector<float> pack_chunks(const Matrix& m, int dim, int n) {
+  std::vector<float> out;
+  out.reserve(static_cast<std::size_t>(m.size()));
+  for (int k = 0; k < n; ++k) {
+    const Matrix piece = chunk(m, dim, n, k);
+    out.insert(out.end(), piece.data(), piece.data() + piece.size());
+  }
+  return out;
+}
+
+// The inverse: n blocks of rows x cols, concatenated along `dim`.
+Matrix unpack_chunks(const std::vector<float>& flat, int dim, int n, Eigen::Index rows, Eigen::Index cols) {
+  Matrix out(dim == 0 ? rows * n : rows, dim == 0 ? cols : cols * n);
+  for (int k = 0; k < n; ++k) {
+    Eigen::Map<const Matrix> block(flat.data() + static_cast<std::size_t>(k * rows * cols), rows, cols);
+    if (dim == 0) out.middleRows(k * rows, rows) = block;
+    else out.middleCols(k * cols, cols) = block;
+  }
+  return out;
+}
+
+}  // namespace
+
+DtensorLayouts::DtensorLayouts(RankState& state) : state_(state) {
+  const core::Model& model = state_.model;
+  for (const core::ProgramOp& op : state_.program.ops)
+    if (op.role == core::OpRole::tp_param_grad)
+      for (const std::string& fqn : op.params) partial_grads_.emplace(model.find_param(fqn), Matrix());
+  for (auto& [p, grad] : partial_grads_) grad = Matrix::Zero(state_.params[p].rows(), state_.params[p].cols());
+  // A boundary on a container is checked where its input first meets a leaf.
+  const std::vector<core::ForwardStep> steps = core::flat_forward(model);
+  for (const core::TpBoundary& boundary : state_.planned.tp_inputs)
+    for (const core::ForwardStep& step : steps)
+      if (step.kind == core::ForwardStep::Kind::child && model.in_subtree(step.index, boundary.module)) {
+        boundaries_[step.index].push_back(boundary);
+        break;
+      }
+}
+
+Style DtensorLayouts::style_of(const core::Module& module) const {
+  if (module.leaf != core::LeafKind::linear || module.params.empty()) return Style::plain;
+  const Placement weight = state_.planned.params[module.params[0]].placement;
+  if (!weight.is_shard()) return Style::plain;
+  return weight.dim == 0 ? Style::colwise : Style::rowwise;
+}
+
+void DtensorLayouts::localize(Tensor& tensor, Placement wanted) const {
+  if (tensor.placement.is_replicate() && wanted.is_shard()) {
+    tensor.value = chunk(tensor.value, wanted.dim, state_.tp, state_.tp_position);
+    tensor.placement = wanted;
+  }
+}
+
+// DTensor.from_local trusts the declared layout: an activation laid out otherwise is
+// mislabelled (PyTorch then fails on shapes or computes on the wrong shard), so it is refused.
+// Declared Replicate, computed Shard: the local chunk, no collective (DTensor does the same).
+void DtensorLayouts::enter_boundaries(const core::ProgramOp& op, int leaf, Tensor& activation) const {
+  auto it = boundaries_.find(leaf);
+  if (it == boundaries_.end()) return;
+  for (const core::TpBoundary& boundary : it->second) {
+    if (activation.placement == boundary.desired) continue;  // the program's tp_input already moved it
+    const std::string name = state_.model.modules[boundary.module].fqn;
+    state_.expect(op, activation.placement == boundary.declared,
+                  fmt::format("\"{}\" declares its input {} but receives a {} activation", name,
+                              boundary.declared.str(), activation.placement.str()));
+    state_.expect(op, boundary.declared.is_replicate() && boundary.desired.is_shard(),
+                  fmt::format("\"{}\" needs its input moved from {} to {} and the program has no collective for it",
+                              name, boundary.declared.str(), boundary.desired.str()));
+    localize(activation, boundary.desired);
+  }
+}
+
+void DtensorLayouts::redistribute_op(const core::ProgramOp& op, Tensor& tensor) {
+  if (op.phase == core::Phase::recompute) return replay_collective(op);
+  state_.expect(
+      op, tensor.placement == op.from,
+      fmt::format("the program redistributes from {} but the tensor is {}", op.from.str(), tensor.placement.str()));
+  tensor.value = redistribute(op, tensor.value, op.from, op.to);
+  tensor.placement = op.to;
+}
+
+// A recomputed forward's collectives move buffers of the program's sizes: their values equal
+// the saved forward's, which the backward already uses.
+void DtensorLayouts::replay_collective(const core::ProgramOp& op) {
+  std::vector<std::byte> input(static_cast<std::size_t>(op.input_bytes)),
+      output(static_cast<std::size_t>(op.output_bytes));
+  const bool in_place = op.kind == core::CollectiveKind::all_reduce || op.kind == core::CollectiveKind::broadcast;
+  state_.collective(op, op.kind, op.dtype, input,
+                    in_place ? std::span<std::byte>(input) : std::span<std::byte>(output));
+}
+
+Matrix DtensorLayouts::redistribute(const core::ProgramOp& op, Matrix local, Placement from, Placement to) {
+  const int n = state_.comm_of(op).size();
+  if (from.is_partial() && to.is_replicate()) {
+    state_.all_reduce(op, span_of(local));
+    return local;
+  }
+  if (from.is_shard() && to.is_replicate()) {
+    std::vector<float> gathered(static_cast<std::size_t>(local.size()) * n);
+    state_.collective(op, core::CollectiveKind::all_gather, core::DType::float32, bytes_of(span_of(local)),
+                      bytes_of(gathered));
+    return unpack_chunks(gathered, from.dim, n, local.rows(), local.cols());
+  }
+  if (from.is_partial() && to.is_shard()) {
+    std::vector<float> packed = pack_chunks(local, to.dim, n);
+    Matrix out = chunk(local, to.dim, n, 0);  // shape of one chunk
+    state_.collective(op, core::CollectiveKind::reduce_scatter, core::DType::float32, bytes_of(packed),
+                      bytes_of(span_of(out)));
+    return out;
+  }
+  if (from.is_shard() && to.is_shard() && from.dim != to.dim) {
+    // Send chunk k along the new dim to rank k; what arrives stacks along the old dim.
+    std::vector<float> packed = pack_chunks(local, to.dim, n);
+    std::vector<float> received(packed.size());
+    state_.collective(op, core::CollectiveKind::all_to_all, core::DType::float32, bytes_of(packed), bytes_of(received));
+    const Matrix piece = chunk(local, to.dim, n, 0);
+    return unpack_chunks(received, from.dim, n, piece.rows(), piece.cols());
+  }
+  throw std::runtime_error(fmt::format("no redistribution from {} to {}", from.str(), to.str()));
+}
+
+// A replicated parameter applied to sharded rows has a Partial gradient: summed, not averaged.
+void DtensorLayouts::sum_partial_grad(const core::ProgramOp& op) {
+  if (op.params.empty()) throw std::runtime_error(fmt::format("no parameter"));
+  const int p = state_.param_of(op.params.front());
+  Matrix& partial = partial_grads_.at(p);
+  state_.all_reduce(op, span_of(partial));
+  state_.grads[p] += partial;
+  partial.setZero();
+}
+
+// .grad, or for a Partial gradient this micro-step's own buffer, summed over the tp group
+// (from_local's backward) before it joins .grad: summing .grad itself would multiply what earlier
+// micro-steps accumulated.
+Matrix* DtensorLayouts::grad_target(int p) {
+  if (!state_.model.params[p].requires_grad) return nullptr;
+  auto it = partial_grads_.find(p);
+  return it != partial_grads_.end() ? &it->second : &state_.grads[p];
+}
+
+}  // namespace stratsim::exec::train
