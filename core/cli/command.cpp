@@ -2,6 +2,8 @@
 // whole or not at all, so a failure never leaves a partial output behind.
 #include "stratsim/cli/command.hpp"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,6 +15,16 @@
 #include "stratsim/core/trace.hpp"
 
 namespace stratsim::cli {
+
+void print_error(const std::string& message) {
+  const std::string line = "stratsim: error: " + message + "\n";
+  std::size_t written = 0;
+  while (written < line.size()) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data() + written, line.size() - written);
+    if (n <= 0) break;  // nowhere left to report to
+    written += static_cast<std::size_t>(n);
+  }
+}
 
 void write_atomically(const std::string& path, const std::string& text) {
   using core::InputError;

@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     if (error.get_exit_code() == 0) return app.exit(error);  // --help, --version
-    std::cerr << "stratsim: error: " << error.what() << " (see --help)\n";
+    stratsim::cli::print_error(std::string(error.what()) + " (see --help)");
     return 2;
   }
   try {
@@ -118,10 +118,10 @@ int main(int argc, char** argv) {
     for (const auto& command : layer_commands)
       if (command.app->parsed()) return command.run();
   } catch (const InputError& error) {
-    std::cerr << "stratsim: error: " << error.what() << "\n";
+    stratsim::cli::print_error(error.what());
     return 2;
   } catch (const PlanError& error) {
-    std::cerr << "stratsim: error: " << error.what() << "\n";
+    stratsim::cli::print_error(error.what());
     return 2;
   }
   return 0;

@@ -36,6 +36,10 @@ struct Register {
   Register(std::string name, Registrar registrar) { registrars().emplace_back(std::move(name), std::move(registrar)); }
 };
 
+// Prints "stratsim: error: MESSAGE" on stderr in one write, so the errors of ranks that fail at
+// once (stratsim run) never interleave mid-line.
+void print_error(const std::string& message);
+
 // Writes `text` to `path` all at once: a temporary file renamed into place, so a failure never
 // leaves a partial output behind. Throws core::InputError.
 void write_atomically(const std::string& path, const std::string& text);
