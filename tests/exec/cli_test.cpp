@@ -137,9 +137,9 @@ struct LongRun {
 // fails the tests below.
 constexpr auto kLauncherGrace = std::chrono::seconds(2);
 // What the launcher may take beyond that: its 50 ms supervision tick, killing and reaping three
-// processes, and scheduling delays on a loaded 2-core box or under ASan (measured: 0.1-0.4 s).
-// A grace ten times longer (20 s) still fails by a wide margin.
-constexpr auto kLauncherSlack = std::chrono::seconds(3);
+// processes, and scheduling delays on a loaded 2-core box or under ASan (measured: 0.1-0.4 s; 6 s
+// leaves room for a CI box running the sanitizer build). A 20 s grace still fails by 12 s or more.
+constexpr auto kLauncherSlack = std::chrono::seconds(6);
 
 // A process that has exited: gone from /proc, or a zombie not yet reaped.
 bool ended(pid_t pid) {
@@ -334,9 +334,11 @@ TEST(RunCli, AHungRankIsNamedAndKilledAfterTheTimeout) {
   // The launcher's own share: from the first failure, the timeout plus its grace, no more.
   EXPECT_LE(seconds_between(ending.first_rank_ended, ending.launcher_ended),
             std::chrono::duration<double>(timeout + kLauncherGrace + kLauncherSlack).count());
-  // End to end: a live rank's collective times out waiting for the stopped one, then the above.
-  EXPECT_LE(seconds_between(stopped_at, ending.launcher_ended),
-            std::chrono::duration<double>(timeout + timeout + kLauncherGrace + kLauncherSlack).count());
+  // End to end: a live rank's collective times out waiting for the stopped one, then the above. How
+  // soon a live rank notices depends on the machine's load (11.4 s once in the ASan build beside
+  // other builds), so this bound is a ceiling against hangs; the launcher's share above is the
+  // tight one, and it is what catches a longer grace.
+  EXPECT_LE(seconds_between(stopped_at, ending.launcher_ended), 30.0);
   const std::string err = launcher.err();
   EXPECT_NE(err.find("failed: rank 2 (pid " + std::to_string(ranks[2]) + ") hung"), std::string::npos) << err;
   EXPECT_NE(err.find("Timed out"), std::string::npos) << "the live ranks should report their timeout: " << err;
