@@ -47,6 +47,7 @@ struct Activation {
 // backward entries still recorded). replay: the region's recomputation during backward (saves
 // activations, records nothing, phase "recompute").
 enum class Mode { normal, checkpointed, replay };
+inline Phase phase_of(Mode mode) { return mode == Mode::replay ? Phase::recompute : Phase::forward; }
 
 class PlanContext {
  public:

@@ -384,25 +384,11 @@ void FullyShard::sync_module_states() {
   }
 }
 
-std::int64_t FullyShard::sharded_param_bytes() const {
-  std::int64_t bytes = 0;
+std::vector<FullyShard::Shard> FullyShard::resident_shards() const {
+  std::vector<Shard> shards;
   for (const Unit& unit : units_)
-    if (!unit.config.cpu_offload) bytes += unit.shard * dtype_size(unit.orig_dtype);
-  return bytes;
-}
-
-std::int64_t FullyShard::sharded_optimizer_elements() const {
-  std::int64_t elements = 0;
-  for (const Unit& unit : units_)
-    if (!unit.config.cpu_offload) elements += unit.shard;  // with CPU offload the sharded step runs on the CPU
-  return elements;
-}
-
-std::int64_t FullyShard::sharded_optimizer_bytes(int states) const {
-  std::int64_t bytes = 0;
-  for (const Unit& unit : units_)
-    if (!unit.config.cpu_offload) bytes += unit.shard * dtype_size(unit.orig_dtype) * (3 + 2 * states);
-  return bytes;
+    if (!unit.config.cpu_offload) shards.push_back({unit.shard, unit.orig_dtype});  // offloaded: on the CPU
+  return shards;
 }
 
 void FullyShard::report(PlanResult& result) const {

@@ -35,10 +35,13 @@ class FullyShard {
   int all_gather_op(int p) const;
   void grad_ready(int p, int producer);  // a gradient of one of the unit's parameters is in
 
-  // Resident bytes of the sharded parameters and their optimizer states (states per parameter).
-  std::int64_t sharded_param_bytes() const;
-  std::int64_t sharded_optimizer_elements() const;  // elements the optimizer steps on this rank
-  std::int64_t sharded_optimizer_bytes(int states) const;
+  // The flat-parameter shards resident on the device (CPU-offloaded units' live on the host): what
+  // the rank stores and what its optimizer steps.
+  struct Shard {
+    std::int64_t numel = 0;
+    DType dtype = DType::float32;
+  };
+  std::vector<Shard> resident_shards() const;
   void report(PlanResult& result) const;
 
  private:

@@ -166,11 +166,11 @@ TpBoundary TensorParallel::boundary(int m, int rank) const {
   return {m, declared, desired};
 }
 
-void TensorParallel::record_boundary(const TpBoundary& boundary) {
-  builder_.result.tp_inputs.push_back(boundary);
+void TensorParallel::record_boundary(const TpBoundary& layouts) {
+  builder_.result.tp_inputs.push_back(layouts);
   if (builder_.result.tp_inputs.size() == 1) {
-    builder_.result.input_placement = boundary.declared;
-    builder_.result.input_dims = modules_[boundary.module].dims;
+    builder_.result.input_placement = layouts.declared;
+    builder_.result.input_dims = modules_[layouts.module].dims;
   }
 }
 
@@ -180,14 +180,14 @@ void TensorParallel::input_hook(int m, Activation& act, Mode mode) {
   if (!tp.parallel && !tp.distributed) return;
   const TpBoundary layouts = boundary(m, act.rank());
   if (mode != Mode::replay && context_.iteration == 1) record_boundary(layouts);
-  const Phase phase = mode == Mode::replay ? Phase::recompute : Phase::forward;
-  const int size = context_.mesh.group_size(tp.dims);
-  const std::string& fqn = context_.model.modules[m].fqn;
   if (tp.distributed) {
     // input_fn: DTensor.from_local(x, [layout]) costs nothing; a sharded input makes the
-    // replicated parameters' gradients Partial, reduced in backward (see tp_output_hook).
+    // replicated parameters' gradients Partial, reduced in backward (see output_hook).
     return;
   }
+  const Phase phase = phase_of(mode);
+  const int size = context_.mesh.group_size(tp.dims);
+  const std::string& fqn = context_.model.modules[m].fqn;
   const bool colwise = tp.spec.style == TPStyle::colwise;
   const Module& module = context_.model.modules[m];
   const int rank = act.rank();
@@ -224,14 +224,14 @@ void TensorParallel::output_hook(int m, Activation& act, Mode mode) {
   // The output hook returns a new tensor (redistribute / to_local): hooks registered on the
   // inner output no longer sit on the module's output.
   if (mode != Mode::replay) tape_.output_replaced();
-  const Phase phase = mode == Mode::replay ? Phase::recompute : Phase::forward;
-  const int size = context_.mesh.group_size(tp.dims);
-  const std::string& fqn = context_.model.modules[m].fqn;
   if (tp.distributed) {
     // output_fn: to_local() costs nothing. The Partial gradients of its replicated parameters are
     // all-reduced from grad_ready (partial_grad_dims_, set in apply_distribute).
     return;
   }
+  const Phase phase = phase_of(mode);
+  const int size = context_.mesh.group_size(tp.dims);
+  const std::string& fqn = context_.model.modules[m].fqn;
   const bool colwise = tp.spec.style == TPStyle::colwise;
   const int rank = act.rank();
   const Placement local = colwise ? Placement::shard(rank - 1) : Placement::partial();

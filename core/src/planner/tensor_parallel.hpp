@@ -44,7 +44,7 @@ class TensorParallel {
   // an activation of `rank` dims). The first boundary in forward order also says how the model
   // input is laid out.
   TpBoundary boundary(int m, int rank) const;
-  void record_boundary(const TpBoundary& boundary);
+  void record_boundary(const TpBoundary& layouts);
   int redistribute(RedistributeOp op, const Activation& tensor, OpRole role, Placement from, Placement to,
                    const std::vector<int>& dims, Phase phase, int module, const std::string& reason);
 

@@ -70,8 +70,11 @@ void Walk::set_static_memory() {
     param_bytes += bytes;
     if (context_.model.params[p].requires_grad) optimizer_bytes += bytes * states;
   }
-  param_bytes += fsdp_.sharded_param_bytes();
-  optimizer_bytes += fsdp_.sharded_param_bytes() * states;
+  for (const FullyShard::Shard& shard : fsdp_.resident_shards()) {
+    const std::int64_t bytes = shard.numel * dtype_size(shard.dtype);
+    param_bytes += bytes;
+    optimizer_bytes += bytes * states;
+  }
   const std::int64_t bucket_bytes = ddp_.bucket_buffer_bytes();
   MemoryReport& memory = builder_.result.memory;
   memory.parameters = param_bytes;
@@ -136,7 +139,7 @@ void Walk::forward_module(int m, Activation& act, Mode mode) {
 
 void Walk::forward_leaf(int m, Activation& act, Mode mode) {
   const Module& module = context_.model.modules[m];
-  const Phase phase = mode == Mode::replay ? Phase::recompute : Phase::forward;
+  const Phase phase = phase_of(mode);
   std::int64_t in_local = act.features(), out_local = act.features();
   Activation input = act;
   if (module.leaf == LeafKind::linear) {
@@ -165,7 +168,7 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode) {
   for (int p : module.params)
     if (context_.params[p].fsdp_unit >= 0) deps.push_back(fsdp_.all_gather_op(p));
   const std::string suffix = phase == Phase::recompute ? "recompute" : "forward";
-  const std::string label = module.fqn.empty() ? context_.model.name : module.fqn;
+  const std::string& label = context_.label(m);
   builder_.compute(fmt::format("{}.{}", label, suffix), m, phase, cost.op_class, cost.forward_flops, cost.forward_bytes,
                    deps, OpRole::leaf);
   if (mode != Mode::checkpointed) builder_.add_memory(cost.saved_bytes, MemoryTracker::Kind::activation);
@@ -179,7 +182,7 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode) {
 
   tape_.push([this, m, cost]() {
     const Module& mod = context_.model.modules[m];
-    const std::string name = fmt::format("{}.backward", mod.fqn.empty() ? context_.model.name : mod.fqn);
+    const std::string name = fmt::format("{}.backward", context_.label(m));
     // Backward waits for the gather that is current now (pre-backward or prefetch), not the forward one.
     std::vector<int> now;
     for (int p : mod.params)
@@ -197,7 +200,7 @@ void Walk::forward_param_matmul(int p, Activation& act, Mode mode) {
   const Parameter& param = context_.model.params[p];
   const ParamState& state = context_.params[p];
   const int m = param.module;
-  const Phase phase = mode == Mode::replay ? Phase::recompute : Phase::forward;
+  const Phase phase = phase_of(mode);
   const std::int64_t t = act.tokens();
   const int d = dtype_size(act.dtype);
   double flops = 0;
@@ -256,8 +259,10 @@ void Walk::optimizer_step() {
     elements += static_cast<double>(context_.params[p].local_numel);
     bytes += cost.bytes(context_.params[p].local_numel, dtype_size(context_.model.params[p].dtype));
   }
-  elements += static_cast<double>(fsdp_.sharded_optimizer_elements());
-  bytes += fsdp_.sharded_optimizer_bytes(cost.states);
+  for (const FullyShard::Shard& shard : fsdp_.resident_shards()) {
+    elements += static_cast<double>(shard.numel);
+    bytes += cost.bytes(shard.numel, dtype_size(shard.dtype));
+  }
   builder_.last_optimizer_op =
       builder_.compute("optimizer.step", 0, Phase::optimizer, "optimizer", cost.flops_per_element * elements, bytes,
                        builder_.iteration_grad_ops, OpRole::optimizer);
