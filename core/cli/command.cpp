@@ -12,6 +12,7 @@
 
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/report.hpp"
+#include "stratsim/core/timeline.hpp"
 #include "stratsim/core/trace.hpp"
 
 namespace stratsim::cli {

@@ -60,6 +60,9 @@ std::string_view phase_name(Phase phase) { return kPhaseNames.name(phase); }
 std::string_view collective_kind_name(CollectiveKind kind) { return kCollectiveKindNames.name(kind); }
 std::string_view op_role_name(OpRole role) { return kRoleNames.name(role); }
 
+Phase parse_phase(const JsonReader& node) { return parse_enum(node, kPhaseNames); }
+CollectiveKind parse_collective_kind(const JsonReader& node) { return parse_enum(node, kCollectiveKindNames); }
+
 
 
 int Program::stream_id(const std::string& name) {
@@ -134,7 +137,10 @@ nlohmann::json program_to_json(const Program& program) {
 
 
 Program program_from_json(const nlohmann::json& document, const std::string& origin) {
-  JsonReader doc(document, origin);
+  return program_from_json(JsonReader(document, origin));
+}
+
+Program program_from_json(const JsonReader& doc) {
   doc.allow_only({"format", "version", "world_size", "mesh", "iterations", "streams", "groups", "ops"});
   if (doc.get_string("format", "") != "stratsim.program") doc.fail("not a stratsim program (format must be \"stratsim.program\")");
   if (doc.at("version").as_int() != 1) doc.at("version").fail("unsupported program version (expected 1)");

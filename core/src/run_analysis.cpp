@@ -110,22 +110,26 @@ std::vector<IterationStats> iteration_stats(const Program& program, const RunRes
   return out;
 }
 
+// One recorded rank inside [begin, end): every interval clipped to the window, so a range
+// selected in the viewer and the run's totals (the window [0, makespan]) come from this one code.
 RankStats rank_stats(const Program& program, const std::vector<OpTiming>& timings, std::vector<int> ranks,
-                     double makespan) {
+                     double begin, double end) {
   RankStats stats;
   stats.ranks = std::move(ranks);
   std::vector<Interval> compute, communication;
   std::vector<std::vector<Interval>> per_stream(program.streams.size());
+  const auto clip = [&](double from, double to) { return Interval{std::max(from, begin), std::min(to, end)}; };
   const std::size_t n = std::min(timings.size(), program.ops.size());
   for (std::size_t i = 0; i < n; ++i) {
     const ProgramOp& op = program.ops[i];
     const OpTiming& t = timings[i];
-    const Interval interval{t.start, t.end};
+    const Interval interval = clip(t.start, t.end);
     if (op.type == OpType::compute) {
       compute.push_back(interval);
     } else {
       communication.push_back(interval);
-      stats.wait_at_collective += t.start - t.issue;
+      const Interval wait = clip(t.issue, t.start);
+      stats.wait_at_collective += std::max(0.0, wait.second - wait.first);
     }
     if (op.stream >= 0 && static_cast<std::size_t>(op.stream) < per_stream.size())
       per_stream[op.stream].push_back(interval);
@@ -137,7 +141,7 @@ RankStats rank_stats(const Program& program, const std::vector<OpTiming>& timing
   const double both = intersection(comm_union, compute_union);
   stats.exposed_communication = stats.communication - both;
   stats.overlap = stats.communication > 0 ? both / stats.communication : 0.0;
-  stats.idle = std::max(0.0, makespan - (stats.compute + stats.communication - both));
+  stats.idle = std::max(0.0, (end - begin) - (stats.compute + stats.communication - both));
   for (std::size_t s = 0; s < per_stream.size(); ++s)
     stats.streams.push_back({program.streams[s], measure(merge(std::move(per_stream[s])))});
   return stats;
@@ -195,12 +199,19 @@ Analysis analyse(const Program& program, const RunResult& result, const Workload
   Analysis analysis;
   analysis.makespan = makespan_of(result);
   analysis.iterations = iteration_stats(program, result, workload);
-  for (std::size_t s = 0; s < result.timings.size(); ++s)
-    analysis.ranks.push_back(rank_stats(program, result.timings[s], detail::ranks_of(result, s), analysis.makespan));
+  analysis.ranks = analyse_window(program, result, 0.0, analysis.makespan);
   analysis.collectives.reserve(result.collectives.size());
   for (const CollectiveRun& run : result.collectives) analysis.collectives.push_back(collective_stats(program, run));
   analysis.busiest_links = busiest(result.links, 10);
   return analysis;
+}
+
+std::vector<RankStats> analyse_window(const Program& program, const RunResult& result, double begin, double end) {
+  std::vector<RankStats> ranks;
+  ranks.reserve(result.timings.size());
+  for (std::size_t s = 0; s < result.timings.size(); ++s)
+    ranks.push_back(rank_stats(program, result.timings[s], detail::ranks_of(result, s), begin, std::max(begin, end)));
+  return ranks;
 }
 
 std::string format_seconds(double seconds) {

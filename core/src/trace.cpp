@@ -1,6 +1,6 @@
-// Timelines of a run, simulated or measured: a merged Chrome trace (Perfetto, chrome://tracing,
-// HTA) and the project's own "stratsim.timeline" JSON that the viewer reads. Both are deterministic
-// functions of the program and the result (no wall time, no hashing order).
+// The Chrome trace of a run, simulated or measured (Perfetto, chrome://tracing, HTA): a
+// deterministic function of the program and the result (no wall time, no hashing order). The
+// project's own timeline format is timeline.cpp.
 //
 // Chrome trace layout: one process per recorded rank (pid = the first rank it stands for), one
 // thread per stream (tid = stream index + 1, so no stream gets tid 0), "X" slices with ts/dur in
@@ -237,38 +237,6 @@ void flows(EventWriter& w, const Program& program, const RunResult& result, std:
   }
 }
 
-json timeline_op(const ProgramOp& op, const OpTiming& t) {
-  return {{"op", op.id},
-          {"name", op.name},
-          {"module", op.module},
-          {"stream", op.stream},
-          {"kind", op.type == OpType::compute ? std::string_view("compute") : collective_kind_name(op.kind)},
-          {"iteration", op.iteration},
-          {"phase", phase_name(op.phase)},
-          {"deps", op.deps},
-          {"issue_s", t.issue},
-          {"start_s", t.start},
-          {"end_s", t.end}};
-}
-
-json timeline_collective(const Program& program, const CollectiveRun& run) {
-  json out = {{"op", run.op},
-              {"instance", run.instance},
-              {"algorithm", run.algorithm},
-              {"bytes", run.bytes},
-              {"group_size", run.group_size},
-              {"start_s", run.start},
-              {"end_s", run.end},
-              {"ranks", run.ranks}};
-  if (run.op >= 0 && static_cast<std::size_t>(run.op) < program.ops.size()) {
-    const ProgramOp& op = program.ops[run.op];
-    out["name"] = op.name;
-    out["kind"] = collective_kind_name(op.kind);
-    out["group"] = detail::group_name(program, op);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string chrome_trace(const Program& program, const RunResult& result) {
@@ -291,32 +259,6 @@ std::string chrome_trace(const Program& program, const RunResult& result) {
   out += w.take();
   out += "\n]}\n";
   return out;
-}
-
-json timeline_json(const Program& program, const RunResult& result) {
-  json doc;
-  doc["format"] = "stratsim.timeline";
-  doc["version"] = 1;
-  doc["source"] = is_simulated(result) ? "simulated" : result.source;
-  doc["world_size"] = result.world_size;
-  doc["platform"] = result.platform;
-  doc["mode"] = result.mode;
-  doc["makespan_s"] = result.makespan;
-  doc["streams"] = program.streams;
-  json ranks = json::array();
-  for (std::size_t s = 0; s < result.timings.size(); ++s) {
-    json ops = json::array();
-    for (const ProgramOp& op : program.ops)
-      if (valid_op(program, result.timings[s], op.id)) ops.push_back(timeline_op(op, result.timings[s][op.id]));
-    ranks.push_back({{"ranks", ranks_of(result, s)}, {"ops", std::move(ops)}});
-  }
-  doc["ranks"] = std::move(ranks);
-  json collectives = json::array();
-  for (const CollectiveRun& run : result.collectives) collectives.push_back(timeline_collective(program, run));
-  doc["collectives"] = std::move(collectives);
-  doc["links"] = detail::links_json(result.links);
-  doc["iteration_end_s"] = result.iteration_end;
-  return doc;
 }
 
 }  // namespace stratsim::core

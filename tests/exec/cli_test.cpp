@@ -232,8 +232,10 @@ TEST(RunCli, GlooRunOfTheSeedDdpPlanWritesTheSimulatorsFormats) {
   EXPECT_EQ(kernels_per_rank, (std::map<int, int>{{0, 39}, {1, 39}}));
   const auto timeline_doc = nlohmann::json::parse(read_file(timeline));
   EXPECT_EQ(timeline_doc["format"], "stratsim.timeline");
-  EXPECT_EQ(timeline_doc["streams"], nlohmann::json({"compute", "ddp.world"}));
-  EXPECT_EQ(timeline_doc["collectives"].size(), expected.size());
+  EXPECT_EQ(timeline_doc["version"], 2);
+  EXPECT_EQ(timeline_doc["program"]["streams"], nlohmann::json({"compute", "ddp.world"}));
+  EXPECT_EQ(timeline_doc["run"]["collectives"].size(), expected.size());
+  EXPECT_EQ(timeline_doc["run"]["source"], "gloo");
   for (const auto& path : {report, trace, timeline}) std::filesystem::remove(path);
 }
 

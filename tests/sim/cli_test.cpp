@@ -17,6 +17,7 @@
 #include "stratsim/core/plan.hpp"
 #include "stratsim/core/planner.hpp"
 #include "stratsim/core/run_analysis.hpp"
+#include "stratsim/core/timeline.hpp"
 #include "stratsim/core/trace.hpp"
 #include "stratsim/sim/simulator.hpp"
 

@@ -20,6 +20,8 @@
 
 namespace stratsim::core {
 
+class JsonReader;  // json_reader.hpp
+
 enum class Phase { init, forward, backward, recompute, optimizer };
 enum class CollectiveKind { all_reduce, all_gather, reduce_scatter, broadcast, all_to_all };
 enum class OpType { compute, collective };
@@ -109,5 +111,11 @@ struct Program {
 nlohmann::json program_to_json(const Program& program);
 // Rebuilds a program from its JSON form (what consumers use); throws InputError on bad input.
 Program program_from_json(const nlohmann::json& document, const std::string& origin);
+// The same for a program inside another document (a timeline's "program"): errors name its path.
+Program program_from_json(const JsonReader& document);
+
+// A phase or collective kind by its name; throws InputError naming the field and the names expected.
+Phase parse_phase(const JsonReader& node);
+CollectiveKind parse_collective_kind(const JsonReader& node);
 
 }  // namespace stratsim::core

@@ -75,6 +75,12 @@ struct Analysis {
 
 Analysis analyse(const Program& program, const RunResult& result, const Workload& workload);
 
+// Per recorded rank, RankStats restricted to the window [begin, end): every op interval (and a
+// collective's wait, issue..start) clipped to it, idle = (end - begin) - |compute ∪ communication|.
+// analyse() computes its per-rank totals with it over [0, makespan], so a range selected in the
+// viewer and the run's totals share one code path.
+std::vector<RankStats> analyse_window(const Program& program, const RunResult& result, double begin, double end);
+
 // The text report and its JSON form ("stratsim.simulation" v1 whatever the source, with "source"
 // for measured runs; documented in sim/README.md). The producer's RunResult::mode_notes, notes and
 // extra go where run_result.hpp says; nothing else in them is specific to one producer.

@@ -11,6 +11,8 @@
 
 namespace stratsim::core {
 
+class JsonReader;  // json_reader.hpp
+
 // When one op ran on one recorded rank, in seconds from the run's origin. For collectives:
 // issue = the rank reached it on its stream; start = the last member issued it (simulated) or
 // the rank entered the library call (measured); end = it completed for this rank.
@@ -57,5 +59,14 @@ struct RunResult {
   std::vector<std::string> notes;
   nlohmann::json extra = nlohmann::json::object();
 };
+
+// The whole RunResult as JSON (the "run" of a timeline v2) and back. Times are seconds as doubles,
+// so a result read back analyses to the same figures; timings are stored per recorded rank as
+// three arrays indexed by op id (issue_s, start_s, end_s), which is compact and fast to read.
+// wall_seconds is host time, not part of the deterministic output: it is not written.
+nlohmann::json run_result_to_json(const RunResult& result);
+// Throws InputError naming `origin` and the field path.
+RunResult run_result_from_json(const nlohmann::json& document, const std::string& origin);
+RunResult run_result_from_json(const JsonReader& document);
 
 }  // namespace stratsim::core

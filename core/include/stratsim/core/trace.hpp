@@ -1,7 +1,7 @@
-// Timelines of a run, simulated or measured: Chrome-trace JSON that Perfetto and chrome://tracing
-// open (one process per recorded rank, one thread per stream, flow arrows for dependencies,
-// HTA-readable "rank": N), and the project's own timeline JSON that the viewer reads (documented
-// in sim/README.md, "Timeline format").
+// Timelines of a run, simulated or measured, as Chrome-trace JSON that Perfetto and
+// chrome://tracing open (one process per recorded rank, one thread per stream, flow arrows for
+// dependencies, HTA-readable "rank": N). The project's own timeline, which the viewer reads, is
+// timeline.hpp.
 #pragma once
 
 #include <string>
@@ -16,8 +16,5 @@ namespace stratsim::core {
 // Merged Chrome trace of every recorded rank. Returns the text (the HTA rank key needs a space
 // after the colon, which nlohmann's compact dump does not write).
 std::string chrome_trace(const Program& program, const RunResult& result);
-
-// stratsim.timeline v1: ranks, streams, ops with start/end in seconds, collectives, links.
-nlohmann::json timeline_json(const Program& program, const RunResult& result);
 
 }  // namespace stratsim::core

@@ -1,0 +1,126 @@
+// read_document: any stratsim document by its "format". Large timelines are the case that matters
+// (a million ops is tens of megabytes), so the file is read in one piece and parsed through an
+// iterator that counts the bytes it has handed the parser: that gives progress and a cancel point
+// without a second pass or a parser callback on every value.
+#include "stratsim/core/document.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "stratsim/core/errors.hpp"
+#include "stratsim/core/json_reader.hpp"
+
+namespace stratsim::core {
+namespace {
+
+using json = nlohmann::json;
+
+// Parsing is most of the work; building the program and the run from the parsed tree is the rest.
+constexpr double kParseShare = 0.8;
+constexpr std::size_t kProgressStride = 1 << 20;  // bytes between progress calls
+
+// Polls `progress` every kProgressStride bytes the parser consumes.
+class ProgressPoint {
+ public:
+  ProgressPoint(const ReadProgress& progress, std::size_t total) : progress_(progress), total_(total) {}
+  void reached(std::size_t offset) {
+    if (offset < next_) return;
+    next_ = offset + kProgressStride;
+    report(kParseShare * static_cast<double>(offset) / static_cast<double>(std::max<std::size_t>(1, total_)));
+  }
+  void report(double fraction) {
+    if (progress_ && !progress_(fraction)) throw ReadCancelled("reading cancelled");
+  }
+
+ private:
+  const ReadProgress& progress_;
+  std::size_t total_;
+  std::size_t next_ = kProgressStride;
+};
+
+// A forward iterator over the text that tells the progress point where the parser is.
+struct CountingIterator {
+  using iterator_category = std::forward_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  const char* base = nullptr;
+  const char* at = nullptr;
+  ProgressPoint* point = nullptr;
+
+  reference operator*() const { return *at; }
+  CountingIterator& operator++() {
+    ++at;
+    if (((at - base) & (kProgressStride - 1)) == 0) point->reached(static_cast<std::size_t>(at - base));
+    return *this;
+  }
+  CountingIterator operator++(int) {
+    CountingIterator before = *this;
+    ++*this;
+    return before;
+  }
+  friend bool operator==(const CountingIterator& a, const CountingIterator& b) { return a.at == b.at; }
+};
+
+std::string read_file(const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) throw InputError(fmt::format("{}: cannot open file", path));
+  std::string text;
+  char buffer[1 << 16];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0;) text.append(buffer, n);
+  if (std::ferror(file.get())) throw InputError(fmt::format("{}: cannot read file", path));
+  return text;
+}
+
+json parse_json(const std::string& text, const std::string& origin, ProgressPoint& point) {
+  try {
+    const CountingIterator begin{text.data(), text.data(), &point}, end{text.data(), text.data() + text.size(), &point};
+    return json::parse(begin, end);
+  } catch (const json::parse_error&) {
+    // Reparse without the counting iterator for the CLI's own message (line and column).
+    return parse_document(text, origin, /*yaml=*/false);
+  }
+}
+
+}  // namespace
+
+Document document_from_json(json document, const std::string& origin) {
+  const JsonReader doc(document, origin);
+  doc.expect_object();
+  const std::string format = doc.at("format").as_string();
+  Document out;
+  out.origin = origin;
+  if (format == "stratsim.timeline") {
+    out.kind = DocumentKind::timeline;
+    out.timeline = timeline_from_json(document, origin);
+  } else if (format == "stratsim.simulation") {
+    out.kind = DocumentKind::run_report;
+    out.report = run_report_from_json(std::move(document), origin);
+  } else if (format == "stratsim.program") {
+    out.kind = DocumentKind::program;
+    out.program = program_from_json(document, origin);
+  } else {
+    doc.at("format").fail(fmt::format(
+        "expected stratsim.timeline, stratsim.simulation or stratsim.program, got \"{}\"", format));
+  }
+  return out;
+}
+
+Document read_document(const std::string& path, const ReadProgress& progress) {
+  const std::string text = read_file(path);
+  ProgressPoint point(progress, text.size());
+  point.report(0);
+  json parsed = parse_json(text, path, point);
+  point.report(kParseShare);
+  Document document = document_from_json(std::move(parsed), path);
+  point.report(1);
+  return document;
+}
+
+}  // namespace stratsim::core
