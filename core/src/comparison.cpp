@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "stratsim/core/errors.hpp"
+#include "stratsim/core/json_reader.hpp"
 #include "stratsim/core/run_analysis.hpp"
 
 namespace stratsim::core {
@@ -105,6 +106,64 @@ json rows_json(const std::vector<ComparisonRow>& rows, const char* label) {
   return array;
 }
 
+// A report's fields, each of the type the writer gives it, so a damaged report fails here with its
+// field path rather than deep inside a reader (compare, the viewer's summary). Required: what
+// compare needs; optional: the rest of what the writer writes, checked when present (hand-made
+// reports may carry less).
+struct FieldTypes {
+  std::initializer_list<const char*> numbers, strings, optional_numbers, optional_strings;
+};
+
+void check_fields(const JsonReader& object, const FieldTypes& types) {
+  object.expect_object();
+  for (const char* key : types.numbers) object.at(key).as_number();
+  for (const char* key : types.strings) object.at(key).as_string();
+  for (const char* key : types.optional_numbers)
+    if (object.has(key)) object.at(key).as_number();
+  for (const char* key : types.optional_strings)
+    if (object.has(key)) object.at(key).as_string();
+}
+
+void check_rank_entry(const JsonReader& rank) {
+  check_fields(rank, {{}, {}, {"compute_s", "communication_s", "exposed_communication_s", "overlap", "idle_s",
+                               "wait_at_collective_s"}, {}});
+  if (rank.has("ranks"))
+    for (std::size_t k = 0; k < rank.at("ranks").size(); ++k) rank.at("ranks").at(k).as_int();
+  if (rank.has("streams"))
+    for (const std::string& stream : rank.at("streams").keys()) rank.at("streams").at(stream).as_number();
+}
+
+void check_report_fields(const JsonReader& doc) {
+  check_fields(doc, {{"world_size"}, {}, {"makespan_s"}, {"mode", "platform"}});
+  if (doc.at("world_size").as_int() < 1) doc.at("world_size").fail("expected at least 1 rank");
+  const JsonReader iterations = doc.at("iterations"), ranks = doc.at("ranks"), collectives = doc.at("collectives");
+  iterations.expect_array();
+  for (std::size_t i = 0; i < iterations.size(); ++i)
+    check_fields(iterations.at(i), {{"step_time_s"},
+                                    {},
+                                    {"iteration", "start_s", "end_s", "samples_per_s", "tokens_per_s",
+                                     "model_tflops_per_device", "communication_s", "exposed_communication_s", "overlap"},
+                                    {}});
+  ranks.expect_array();
+  for (std::size_t i = 0; i < ranks.size(); ++i) check_rank_entry(ranks.at(i));
+  collectives.expect_array();
+  for (std::size_t i = 0; i < collectives.size(); ++i) {
+    const JsonReader c = collectives.at(i);
+    check_fields(c, {{"op", "bytes", "group_size", "duration_s"},
+                     {},
+                     {"instance", "start_s", "end_s", "algbw_GBps", "busbw_GBps"},
+                     {"name", "kind", "group", "algorithm"}});
+    c.at("op").as_int();
+    if (c.at("group_size").as_int() < 1) c.at("group_size").fail("expected at least 1");
+  }
+  if (doc.has("links")) {
+    const JsonReader links = doc.at("links");
+    links.expect_array();
+    for (std::size_t i = 0; i < links.size(); ++i)
+      check_fields(links.at(i), {{}, {}, {"bandwidth_GBps", "bytes", "utilisation"}, {"name"}});
+  }
+}
+
 ComparedRun described(const RunReport& report) {
   return {report.file, report.document.value("mode", ""), report.document.value("platform", "")};
 }
@@ -112,14 +171,13 @@ ComparedRun described(const RunReport& report) {
 }  // namespace
 
 RunReport run_report_from_json(json doc, const std::string& origin) {
-  if (!doc.is_object() || doc.value("format", "") != "stratsim.simulation" || doc.value("version", 0) != 1)
+  if (!doc.is_object() || doc.value("format", "") != "stratsim.simulation" || !doc.value("version", json()).is_number_integer() ||
+      doc.value("version", 0) != 1)
     throw InputError(
         fmt::format("{}: expected a stratsim report (\"format\": \"stratsim.simulation\", version 1) "
                     "from `stratsim simulate --json` or `stratsim run --json`",
                     origin));
-  for (const char* key : {"iterations", "collectives", "ranks"})
-    if (!doc.contains(key) || !doc[key].is_array())
-      throw InputError(fmt::format("{}: field \"{}\": expected an array", origin, key));
+  check_report_fields(JsonReader(doc, origin));
   return {origin, std::move(doc)};
 }
 

@@ -82,7 +82,7 @@ json parse_json(const std::string& text, const std::string& origin, ProgressPoin
   try {
     const CountingIterator begin{text.data(), text.data(), &point}, end{text.data(), text.data() + text.size(), &point};
     return json::parse(begin, end);
-  } catch (const json::parse_error&) {
+  } catch (const json::exception&) {
     // Reparse without the counting iterator for the CLI's own message (line and column).
     return parse_document(text, origin, /*yaml=*/false);
   }

@@ -97,6 +97,11 @@ nlohmann::json parse_document(const std::string& text, const std::string& origin
       message = message.substr(colon + 2);
     throw InputError(fmt::format("{}: {}: invalid JSON: {}", origin, line_column(text, error.byte - (error.byte > 0)),
                                  message));
+  } catch (const nlohmann::json::exception& error) {
+    // A number too large for a double: nlohmann says which, but not where.
+    std::string message = error.what();
+    if (auto bracket = message.find("] "); bracket != std::string::npos) message = message.substr(bracket + 2);
+    throw InputError(fmt::format("{}: invalid JSON: {}", origin, message));
   }
 }
 

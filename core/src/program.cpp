@@ -136,6 +136,34 @@ nlohmann::json program_to_json(const Program& program) {
 }
 
 
+namespace {
+
+constexpr std::int64_t kMaxWorldSize = 1 << 24;
+
+// The mesh checked before DeviceMesh sees it: its constructor's own checks are for programmers.
+DeviceMesh read_mesh(const JsonReader& mesh, int world_size) {
+  const JsonReader shape_node = mesh.at("shape");
+  shape_node.expect_array();
+  if (shape_node.size() == 0) shape_node.fail("expected at least one dimension");
+  std::vector<int> shape;
+  std::int64_t product = 1;
+  for (std::size_t i = 0; i < shape_node.size(); ++i) {
+    const std::int64_t size = shape_node.at(i).as_int();
+    if (size < 1 || size > kMaxWorldSize) shape_node.at(i).fail("expected a dimension size from 1 to 16777216");
+    product *= size;
+    if (product > kMaxWorldSize) shape_node.fail("the mesh has more than 16777216 ranks");
+    shape.push_back(static_cast<int>(size));
+  }
+  if (product != world_size)
+    shape_node.fail(fmt::format("the mesh has {} ranks but world_size is {}", product, world_size));
+  std::vector<std::string> names = mesh.get_string_list("dim_names");
+  if (names.size() != shape.size())
+    mesh.at("dim_names").fail(fmt::format("expected one name per mesh dimension ({})", shape.size()));
+  return DeviceMesh(std::move(shape), std::move(names));
+}
+
+}  // namespace
+
 Program program_from_json(const nlohmann::json& document, const std::string& origin) {
   return program_from_json(JsonReader(document, origin));
 }
@@ -145,11 +173,10 @@ Program program_from_json(const JsonReader& doc) {
   if (doc.get_string("format", "") != "stratsim.program") doc.fail("not a stratsim program (format must be \"stratsim.program\")");
   if (doc.at("version").as_int() != 1) doc.at("version").fail("unsupported program version (expected 1)");
   Program program;
-  program.world_size = static_cast<int>(doc.at("world_size").as_int());
-  JsonReader mesh = doc.at("mesh");
-  std::vector<int> shape;
-  for (std::size_t i = 0; i < mesh.at("shape").size(); ++i) shape.push_back(static_cast<int>(mesh.at("shape").at(i).as_int()));
-  program.mesh = DeviceMesh(shape, mesh.get_string_list("dim_names"));
+  const std::int64_t world_size = doc.at("world_size").as_int();
+  if (world_size < 1 || world_size > kMaxWorldSize) doc.at("world_size").fail("expected 1 to 16777216 ranks");
+  program.world_size = static_cast<int>(world_size);
+  program.mesh = read_mesh(doc.at("mesh"), program.world_size);
   program.iterations = static_cast<int>(doc.get_int("iterations", 1));
   program.streams = doc.get_string_list("streams");
   JsonReader groups = doc.at("groups");

@@ -37,20 +37,22 @@ json collective_json(const CollectiveRun& run) {
           {"ranks", run.ranks}};
 }
 
-// A finite number, read without going through JsonReader per element: timing arrays hold one
+// A time in seconds, read without going through JsonReader per element: timing arrays hold one
 // number per op per recorded rank, the bulk of a large file.
-double finite_at(const JsonReader& array, std::size_t i) {
+double time_at(const JsonReader& array, std::size_t i) {
   const json& value = array.value()[i];
   if (!value.is_number()) array.at(i).fail(fmt::format("expected a number, got {}", value.type_name()));
   const double number = value.get<double>();
-  if (!std::isfinite(number)) array.at(i).fail("expected a finite number");
+  if (!(std::fabs(number) <= detail::kMaxTime)) array.at(i).fail(detail::kTimeExpected);
   return number;
 }
+
+double time_of(const JsonReader& node) { return detail::read_time(node); }
 
 std::vector<double> numbers(const JsonReader& array) {
   array.expect_array();
   std::vector<double> out(array.size());
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = finite_at(array, i);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = time_at(array, i);
   return out;
 }
 
@@ -78,7 +80,7 @@ std::vector<OpTiming> read_timings(const JsonReader& node) {
                           start.size(), end.size()));
   std::vector<OpTiming> timings(issue.size());
   for (std::size_t i = 0; i < timings.size(); ++i) {
-    timings[i] = {finite_at(issue, i), finite_at(start, i), finite_at(end, i)};
+    timings[i] = {time_at(issue, i), time_at(start, i), time_at(end, i)};
     if (timings[i].end < timings[i].start)
       end.at(i).fail(fmt::format("op {} ends before it starts ({} < {})", i, timings[i].end, timings[i].start));
   }
@@ -94,8 +96,8 @@ CollectiveRun read_collective(const JsonReader& node, int world_size) {
   run.bytes = node.at("bytes").as_number();
   run.group_size = static_cast<int>(node.at("group_size").as_int());
   if (run.group_size < 1) node.at("group_size").fail("expected at least 1");
-  run.start = node.at("start_s").as_number();
-  run.end = node.at("end_s").as_number();
+  run.start = time_of(node.at("start_s"));
+  run.end = time_of(node.at("end_s"));
   if (run.end < run.start) node.at("end_s").fail("the collective ends before it starts");
   run.ranks = rank_list(node.at("ranks"), world_size);
   return run;
@@ -150,7 +152,7 @@ RunResult run_result_from_json(const JsonReader& doc) {
   const std::int64_t world_size = doc.at("world_size").as_int();
   if (world_size < 1 || world_size > (1 << 24)) doc.at("world_size").fail("expected 1 to 16777216 ranks");
   result.world_size = static_cast<int>(world_size);
-  result.makespan = doc.at("makespan_s").as_number();
+  result.makespan = time_of(doc.at("makespan_s"));
   const JsonReader recorded = doc.at("recorded"), timings = doc.at("timings");
   recorded.expect_array();
   timings.expect_array();

@@ -1,12 +1,14 @@
 // Small views of a RunResult that the reports and the timelines share (not installed).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "stratsim/core/json_reader.hpp"
 #include "stratsim/core/program.hpp"
 #include "stratsim/core/run_result.hpp"
 
@@ -37,6 +39,17 @@ inline nlohmann::json links_json(const std::vector<LinkLoad>& links) {
                    {"bytes", link.bytes},
                    {"utilisation", link.utilisation}});
   return out;
+}
+
+// Times a run can hold: a billion seconds either way keeps every consumer's arithmetic (integer
+// nanoseconds in the Chrome trace, pixels in the viewer) in range.
+inline constexpr double kMaxTime = 1e9;
+inline constexpr const char* kTimeExpected = "expected a time within 1e9 seconds of the run's origin";
+
+inline double read_time(const JsonReader& node) {
+  const double seconds = node.as_number();
+  if (!(std::fabs(seconds) <= kMaxTime)) node.fail(kTimeExpected);
+  return seconds;
 }
 
 }  // namespace stratsim::core::detail

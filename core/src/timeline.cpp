@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "run_views.hpp"
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/json_reader.hpp"
 
@@ -81,7 +82,8 @@ ProgramOp v1_op(const JsonReader& node, int id, const Program& program) {
 }
 
 OpTiming v1_timing(const JsonReader& node) {
-  OpTiming t{node.at("issue_s").as_number(), node.at("start_s").as_number(), node.at("end_s").as_number()};
+  OpTiming t{detail::read_time(node.at("issue_s")), detail::read_time(node.at("start_s")),
+             detail::read_time(node.at("end_s"))};
   if (t.end < t.start) node.at("end_s").fail("the op ends before it starts");
   return t;
 }
@@ -90,9 +92,10 @@ std::map<int, V1CollectiveInfo> v1_collective_info(const JsonReader& collectives
   std::map<int, V1CollectiveInfo> info;
   for (std::size_t i = 0; i < collectives.size(); ++i) {
     const JsonReader c = collectives.at(i);
+    const std::int64_t group_size = c.at("group_size").as_int();
+    if (group_size < 1 || group_size > (1 << 24)) c.at("group_size").fail("expected 1 to 16777216 ranks");
     info.emplace(static_cast<int>(c.at("op").as_int()),
-                 V1CollectiveInfo{c.get_string("group", ""), static_cast<int>(c.at("group_size").as_int()),
-                                  c.at("bytes").as_number()});
+                 V1CollectiveInfo{c.get_string("group", ""), static_cast<int>(group_size), c.at("bytes").as_number()});
   }
   return info;
 }
@@ -122,9 +125,10 @@ Timeline read_v1(const JsonReader& doc) {
   result.source = source == "simulated" ? "simulation" : source;
   result.mode = doc.at("mode").as_string();
   result.platform = doc.get_string("platform", "");
-  result.world_size = static_cast<int>(doc.at("world_size").as_int());
-  if (result.world_size < 1) doc.at("world_size").fail("expected at least 1 rank");
-  result.makespan = doc.at("makespan_s").as_number();
+  const std::int64_t world_size = doc.at("world_size").as_int();
+  if (world_size < 1 || world_size > (1 << 24)) doc.at("world_size").fail("expected 1 to 16777216 ranks");
+  result.world_size = static_cast<int>(world_size);
+  result.makespan = detail::read_time(doc.at("makespan_s"));
   program.world_size = result.world_size;
   program.mesh = DeviceMesh({result.world_size}, {"world"});
   program.streams = doc.get_string_list("streams");
@@ -163,8 +167,8 @@ Timeline read_v1(const JsonReader& doc) {
     run.algorithm = c.get_string("algorithm", "");
     run.bytes = c.at("bytes").as_number();
     run.group_size = static_cast<int>(c.at("group_size").as_int());
-    run.start = c.at("start_s").as_number();
-    run.end = c.at("end_s").as_number();
+    run.start = detail::read_time(c.at("start_s"));
+    run.end = detail::read_time(c.at("end_s"));
     for (std::size_t k = 0; k < c.at("ranks").size(); ++k) run.ranks.push_back(static_cast<int>(c.at("ranks").at(k).as_int()));
     result.collectives.push_back(std::move(run));
   }
@@ -175,7 +179,7 @@ Timeline read_v1(const JsonReader& doc) {
                             l.at("bytes").as_number(), l.at("utilisation").as_number()});
   }
   const JsonReader ends = doc.at("iteration_end_s");
-  for (std::size_t i = 0; i < ends.size(); ++i) result.iteration_end.push_back(ends.at(i).as_number());
+  for (std::size_t i = 0; i < ends.size(); ++i) result.iteration_end.push_back(detail::read_time(ends.at(i)));
   return timeline;
 }
 
