@@ -71,10 +71,13 @@ bool looks_like_yaml(const std::string& path) {
   return path.ends_with(".yaml") || path.ends_with(".yml");
 }
 
+// The value in an error message, cut short: a wrong value may be a whole array of a large file.
 std::string type_name(const nlohmann::json& value) {
-  if (value.is_string()) return fmt::format("the string \"{}\"", value.get<std::string>());
+  constexpr std::size_t kShown = 60;
+  const auto shorten = [](std::string text) { return text.size() > kShown ? text.substr(0, kShown) + "..." : text; };
+  if (value.is_string()) return fmt::format("the string \"{}\"", shorten(value.get<std::string>()));
   if (value.is_null()) return "null";
-  return std::string(value.type_name()) + " " + value.dump();
+  return std::string(value.type_name()) + " " + shorten(value.dump());
 }
 
 }  // namespace

@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "run_views.hpp"
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/json_reader.hpp"
+#include "stratsim/core/program.hpp"
 #include "stratsim/core/run_result.hpp"
 
 namespace stratsim::core {
@@ -26,15 +28,51 @@ json timings_json(const std::vector<OpTiming>& timings) {
   return {{"issue_s", std::move(issue)}, {"start_s", std::move(start)}, {"end_s", std::move(end)}};
 }
 
-json collective_json(const CollectiveRun& run) {
-  return {{"op", run.op},
-          {"instance", run.instance},
-          {"algorithm", run.algorithm},
-          {"bytes", run.bytes},
-          {"group_size", run.group_size},
-          {"start_s", run.start},
-          {"end_s", run.end},
-          {"ranks", run.ranks}};
+// The members of every group instance of the program's groups, resolved from its mesh once per
+// group: a collective instance whose ranks are exactly these is written without its rank list
+// (at 16,384 ranks that list is most of the file), and read back from the program.
+class MeshGroups {
+ public:
+  explicit MeshGroups(const Program* program) : program_(program) {}
+
+  // The members of instance `instance` of op `op`'s group; nullptr when the program cannot say.
+  const std::vector<int>* members(int op, int instance) {
+    if (!program_ || op < 0 || static_cast<std::size_t>(op) >= program_->ops.size()) return nullptr;
+    const int group = program_->ops[op].group;
+    if (group < 0 || static_cast<std::size_t>(group) >= program_->groups.size()) return nullptr;
+    const std::vector<int>& dims = program_->groups[group].mesh_dims;
+    if (dims.empty() || program_->mesh.world_size() != program_->world_size) return nullptr;
+    auto [it, added] = cache_.try_emplace(group);
+    if (added) it->second = program_->mesh.all_groups(dims);
+    if (instance < 0 || static_cast<std::size_t>(instance) >= it->second.size()) return nullptr;
+    return &it->second[instance];
+  }
+
+ private:
+  const Program* program_;
+  std::map<int, std::vector<std::vector<int>>> cache_;
+};
+
+// Column by column: a 16,384-rank run has hundreds of thousands of instances, and one object per
+// instance would repeat every key name each time.
+json collectives_json(const std::vector<CollectiveRun>& runs, const Program* program) {
+  json op = json::array(), instance = json::array(), algorithm = json::array(), bytes = json::array(),
+       group_size = json::array(), start = json::array(), end = json::array(), ranks = json::array();
+  MeshGroups groups(program);
+  for (const CollectiveRun& run : runs) {
+    op.push_back(run.op);
+    instance.push_back(run.instance);
+    algorithm.push_back(run.algorithm);
+    bytes.push_back(run.bytes);
+    group_size.push_back(run.group_size);
+    start.push_back(run.start);
+    end.push_back(run.end);
+    const std::vector<int>* members = groups.members(run.op, run.instance);
+    ranks.push_back(members && *members == run.ranks ? json(nullptr) : json(run.ranks));
+  }
+  return {{"op", std::move(op)},         {"instance", std::move(instance)},     {"algorithm", std::move(algorithm)},
+          {"bytes", std::move(bytes)},   {"group_size", std::move(group_size)}, {"start_s", std::move(start)},
+          {"end_s", std::move(end)},     {"ranks", std::move(ranks)}};
 }
 
 // A time in seconds, read without going through JsonReader per element: timing arrays hold one
@@ -87,20 +125,40 @@ std::vector<OpTiming> read_timings(const JsonReader& node) {
   return timings;
 }
 
-CollectiveRun read_collective(const JsonReader& node, int world_size) {
+std::vector<CollectiveRun> read_collectives(const JsonReader& node, int world_size, const Program* program) {
   node.allow_only({"op", "instance", "algorithm", "bytes", "group_size", "start_s", "end_s", "ranks"});
-  CollectiveRun run;
-  run.op = static_cast<int>(node.at("op").as_int());
-  run.instance = static_cast<int>(node.at("instance").as_int());
-  run.algorithm = node.get_string("algorithm", "");
-  run.bytes = node.at("bytes").as_number();
-  run.group_size = static_cast<int>(node.at("group_size").as_int());
-  if (run.group_size < 1) node.at("group_size").fail("expected at least 1");
-  run.start = time_of(node.at("start_s"));
-  run.end = time_of(node.at("end_s"));
-  if (run.end < run.start) node.at("end_s").fail("the collective ends before it starts");
-  run.ranks = rank_list(node.at("ranks"), world_size);
-  return run;
+  const JsonReader op = node.at("op"), instance = node.at("instance"), algorithm = node.at("algorithm"),
+                   bytes = node.at("bytes"), group_size = node.at("group_size"), start = node.at("start_s"),
+                   end = node.at("end_s"), ranks = node.at("ranks");
+  const std::size_t count = op.size();
+  for (const JsonReader* column : {&op, &instance, &algorithm, &bytes, &group_size, &start, &end, &ranks}) {
+    column->expect_array();
+    if (column->size() != count)
+      column->fail(fmt::format("expected one entry per collective instance ({}), got {}", count, column->size()));
+  }
+  MeshGroups groups(program);
+  std::vector<CollectiveRun> runs(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    CollectiveRun& run = runs[i];
+    run.op = static_cast<int>(op.at(i).as_int());
+    run.instance = static_cast<int>(instance.at(i).as_int());
+    run.algorithm = algorithm.at(i).as_string();
+    run.bytes = bytes.at(i).as_number();
+    const std::int64_t size = group_size.at(i).as_int();
+    if (size < 1 || size > world_size) group_size.at(i).fail(fmt::format("expected 1 to {} ranks", world_size));
+    run.group_size = static_cast<int>(size);
+    run.start = time_at(start, i);
+    run.end = time_at(end, i);
+    if (run.end < run.start) end.at(i).fail("the collective ends before it starts");
+    if (!ranks.at(i).is_null()) {
+      run.ranks = rank_list(ranks.at(i), world_size);
+    } else if (const std::vector<int>* members = groups.members(run.op, run.instance)) {
+      run.ranks = *members;
+    } else {
+      ranks.at(i).fail("null (the mesh group's ranks) needs a program whose group for this op has this instance");
+    }
+  }
+  return runs;
 }
 
 LinkLoad read_link(const JsonReader& node) {
@@ -111,7 +169,7 @@ LinkLoad read_link(const JsonReader& node) {
 
 }  // namespace
 
-json run_result_to_json(const RunResult& result) {
+json run_result_to_json(const RunResult& result, const Program* program) {
   json run;
   run["source"] = result.source;
   run["mode"] = result.mode;
@@ -125,9 +183,7 @@ json run_result_to_json(const RunResult& result) {
   }
   run["recorded"] = std::move(recorded);
   run["timings"] = std::move(timings);
-  json collectives = json::array();
-  for (const CollectiveRun& c : result.collectives) collectives.push_back(collective_json(c));
-  run["collectives"] = std::move(collectives);
+  run["collectives"] = collectives_json(result.collectives, program);
   run["links"] = detail::links_json(result.links);
   run["iteration_end_s"] = result.iteration_end;
   run["mode_notes"] = result.mode_notes;
@@ -136,11 +192,11 @@ json run_result_to_json(const RunResult& result) {
   return run;
 }
 
-RunResult run_result_from_json(const json& document, const std::string& origin) {
-  return run_result_from_json(JsonReader(document, origin));
+RunResult run_result_from_json(const json& document, const std::string& origin, const Program* program) {
+  return run_result_from_json(JsonReader(document, origin), program);
 }
 
-RunResult run_result_from_json(const JsonReader& doc) {
+RunResult run_result_from_json(const JsonReader& doc, const Program* program) {
   doc.allow_only({"source", "mode", "platform", "world_size", "makespan_s", "recorded", "timings", "collectives",
                   "links", "iteration_end_s", "mode_notes", "notes", "extra"});
   RunResult result;
@@ -164,10 +220,7 @@ RunResult run_result_from_json(const JsonReader& doc) {
     if (result.recorded.back().empty()) recorded.at(s).fail("a recorded rank stands for at least one rank");
     result.timings.push_back(read_timings(timings.at(s)));
   }
-  const JsonReader collectives = doc.at("collectives");
-  collectives.expect_array();
-  for (std::size_t i = 0; i < collectives.size(); ++i)
-    result.collectives.push_back(read_collective(collectives.at(i), result.world_size));
+  result.collectives = read_collectives(doc.at("collectives"), result.world_size, program);
   const JsonReader links = doc.at("links");
   links.expect_array();
   for (std::size_t i = 0; i < links.size(); ++i) result.links.push_back(read_link(links.at(i)));

@@ -30,7 +30,7 @@ void check_run_matches_program(const JsonReader& doc, const Program& program, co
   for (std::size_t i = 0; i < result.collectives.size(); ++i) {
     const int op = result.collectives[i].op;
     if (op < 0 || static_cast<std::size_t>(op) >= program.ops.size() || program.ops[op].type != OpType::collective)
-      run.at("collectives").at(i).at("op").fail(fmt::format("op {} is not a collective of the program", op));
+      run.at("collectives").at("op").at(i).fail(fmt::format("op {} is not a collective of the program", op));
   }
   if (result.world_size != program.world_size)
     run.at("world_size").fail(fmt::format("the program is for {} ranks, the run for {}", program.world_size,
@@ -42,7 +42,7 @@ Timeline read_v2(const JsonReader& doc) {
   Timeline timeline;
   timeline.version = 2;
   timeline.program = program_from_json(doc.at("program"));
-  timeline.result = run_result_from_json(doc.at("run"));
+  timeline.result = run_result_from_json(doc.at("run"), &timeline.program);
   check_run_matches_program(doc, timeline.program, timeline.result);
   return timeline;
 }
@@ -190,7 +190,7 @@ json timeline_json(const Program& program, const RunResult& result) {
   doc["format"] = "stratsim.timeline";
   doc["version"] = 2;
   doc["program"] = program_to_json(program);
-  doc["run"] = run_result_to_json(result);
+  doc["run"] = run_result_to_json(result, &program);
   return doc;
 }
 

@@ -104,8 +104,12 @@ TEST(TimelineV2, CarriesTheProgramAndTheRun) {
   EXPECT_EQ(doc["format"], "stratsim.timeline");
   EXPECT_EQ(doc["version"], 2);
   EXPECT_EQ(doc["program"], program_to_json(program()));
-  EXPECT_EQ(doc["run"], run_result_to_json(result()));
+  const Program p = program();
+  EXPECT_EQ(doc["run"], run_result_to_json(result(), &p));
   EXPECT_EQ(doc["run"]["timings"][1]["issue_s"], json({0.0, 1.0, 1.5, 4.0}));
+  EXPECT_EQ(doc["run"]["collectives"]["algorithm"], json({"ring"}));
+  EXPECT_EQ(doc["run"]["collectives"]["ranks"], json({nullptr})) << "the mesh group's ranks come from the program";
+  EXPECT_EQ(run_result_to_json(result())["collectives"]["ranks"], json({{0, 1}})) << "without the program, listed";
   EXPECT_EQ(doc["run"]["timings"][0]["end_s"], json({1.0, 3.0, 4.0, 5.0}));
   EXPECT_EQ(doc.dump().find("wall"), std::string::npos) << "host time is not deterministic output";
 }
@@ -116,6 +120,7 @@ TEST(TimelineV2, ReadsBackToTheSameProgramRunAndAnalysis) {
   EXPECT_EQ(back.version, 2);
   EXPECT_EQ(program_to_json(back.program), program_to_json(program()));
   EXPECT_EQ(run_result_to_json(back.result), run_result_to_json(result()));
+  EXPECT_EQ(back.result.collectives[0].ranks, (std::vector<int>{0, 1}));
   EXPECT_EQ(back.result.timings[1][2].issue, 1.5);
   EXPECT_EQ(back.result.links[0].bandwidth, 25e9);
   EXPECT_EQ(back.result.extra, json({{"folded_nodes", 1}}));
@@ -223,11 +228,18 @@ TEST(TimelineErrors, NameTheFieldAndWhatWasExpected) {
   doc["program"]["ops"][2]["phase"] = "sideways";
   EXPECT_NE(error_of(doc).find("t.json: program.ops[2].phase: "), std::string::npos) << error_of(doc);
   doc = good;
-  doc["run"]["collectives"][0]["op"] = 1;
-  EXPECT_EQ(error_of(doc), "t.json: run.collectives[0].op: op 1 is not a collective of the program");
+  doc["run"]["collectives"]["op"][0] = 1;
+  EXPECT_EQ(error_of(doc),
+            "t.json: run.collectives.ranks[0]: null (the mesh group's ranks) needs a program whose group for this op "
+            "has this instance");
+  doc["run"]["collectives"]["ranks"][0] = {0, 1};
+  EXPECT_EQ(error_of(doc), "t.json: run.collectives.op[0]: op 1 is not a collective of the program");
   doc = good;
-  doc["run"]["collectives"][0]["ranks"][1] = 7;
-  EXPECT_EQ(error_of(doc), "t.json: run.collectives[0].ranks[1]: rank 7 is outside the world (0..1)");
+  doc["run"]["collectives"]["ranks"][0] = {1, 7};
+  EXPECT_EQ(error_of(doc), "t.json: run.collectives.ranks[0][1]: rank 7 is outside the world (0..1)");
+  doc = good;
+  doc["run"]["collectives"]["start_s"] = json::array();
+  EXPECT_EQ(error_of(doc), "t.json: run.collectives.start_s: expected one entry per collective instance (1), got 0");
   doc = good;
   doc["run"]["timings"][0] = {{"issue_s", json::array()}, {"start_s", json::array()}, {"end_s", json::array()}};
   EXPECT_EQ(error_of(doc), "t.json: run.timings[0]: expected one timing per program op (4), got 0");

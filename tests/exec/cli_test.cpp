@@ -234,7 +234,7 @@ TEST(RunCli, GlooRunOfTheSeedDdpPlanWritesTheSimulatorsFormats) {
   EXPECT_EQ(timeline_doc["format"], "stratsim.timeline");
   EXPECT_EQ(timeline_doc["version"], 2);
   EXPECT_EQ(timeline_doc["program"]["streams"], nlohmann::json({"compute", "ddp.world"}));
-  EXPECT_EQ(timeline_doc["run"]["collectives"].size(), expected.size());
+  EXPECT_EQ(timeline_doc["run"]["collectives"]["op"].size(), expected.size());
   EXPECT_EQ(timeline_doc["run"]["source"], "gloo");
   for (const auto& path : {report, trace, timeline}) std::filesystem::remove(path);
 }

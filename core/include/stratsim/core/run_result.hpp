@@ -12,6 +12,7 @@
 namespace stratsim::core {
 
 class JsonReader;  // json_reader.hpp
+struct Program;    // program.hpp
 
 // When one op ran on one recorded rank, in seconds from the run's origin. For collectives:
 // issue = the rank reached it on its stream; start = the last member issued it (simulated) or
@@ -61,12 +62,16 @@ struct RunResult {
 };
 
 // The whole RunResult as JSON (the "run" of a timeline v2) and back. Times are seconds as doubles,
-// so a result read back analyses to the same figures; timings are stored per recorded rank as
-// three arrays indexed by op id (issue_s, start_s, end_s), which is compact and fast to read.
-// wall_seconds is host time, not part of the deterministic output: it is not written.
-nlohmann::json run_result_to_json(const RunResult& result);
+// so a result read back analyses to the same figures. Timings are three arrays per recorded rank
+// indexed by op id (issue_s, start_s, end_s); collectives are columns (op, instance, algorithm,
+// bytes, group_size, start_s, end_s, ranks), compact and fast to read at hundreds of thousands of
+// instances. Given the program the result ran, an instance whose ranks are its mesh group's is
+// written with ranks null and read back from the program's mesh. wall_seconds is host time, not
+// part of the deterministic output: it is not written.
+nlohmann::json run_result_to_json(const RunResult& result, const Program* program = nullptr);
 // Throws InputError naming `origin` and the field path.
-RunResult run_result_from_json(const nlohmann::json& document, const std::string& origin);
-RunResult run_result_from_json(const JsonReader& document);
+RunResult run_result_from_json(const nlohmann::json& document, const std::string& origin,
+                               const Program* program = nullptr);
+RunResult run_result_from_json(const JsonReader& document, const Program* program = nullptr);
 
 }  // namespace stratsim::core
