@@ -1,0 +1,143 @@
+// stratsim-view: the desktop viewer, and its headless uses.
+//
+//   stratsim-view [FILE...]                       open files in tabs
+//   stratsim-view --render OUT.png [--range START:END] [--size WxH] [--view timeline|summary] FILE
+//   stratsim-view --report FILE [--range START:END]
+//
+// --render and --report need no display (Qt's offscreen platform is chosen for them). Bad input:
+// exit 2, one line on stderr ("stratsim-view: error: FILE: FIELD: what was expected"), no PNG.
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QDir>
+#include <QFileInfo>
+#include <QImage>
+#include <QPainter>
+#include <QSaveFile>
+#include <QTextStream>
+
+#include <cstdio>
+#include <cstring>
+#include <optional>
+
+#include "model/report_text.hpp"
+#include "widgets/main_window.hpp"
+#include "widgets/panels.hpp"
+#include "widgets/timeline_view.hpp"
+
+namespace {
+
+using namespace stratsim::gui;
+
+constexpr int kBadInput = 2;
+
+[[noreturn]] void fail(const QString& message) {
+  QTextStream(stderr) << "stratsim-view: error: " << message << '\n';
+  std::exit(kBadInput);
+}
+
+bool wants_headless(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--render") == 0 || std::strcmp(argv[i], "--report") == 0 ||
+        std::strncmp(argv[i], "--render=", 9) == 0)
+      return true;
+  return false;
+}
+
+QSize parse_size(const QString& text) {
+  const QStringList parts = text.toLower().split('x');
+  bool ok_w = false, ok_h = false;
+  const int w = parts.size() == 2 ? parts[0].toInt(&ok_w) : 0, h = parts.size() == 2 ? parts[1].toInt(&ok_h) : 0;
+  if (!ok_w || !ok_h || w < 200 || h < 120 || w > 16384 || h > 16384)
+    fail(QStringLiteral("--size: expected WIDTHxHEIGHT between 200x120 and 16384x16384, got \"%1\"").arg(text));
+  return {w, h};
+}
+
+LoadOutcome load_or_fail(const QString& file) {
+  LoadOutcome outcome = loadDocument(file);
+  if (!outcome.document) fail(outcome.error);
+  return outcome;
+}
+
+int render(const QString& out, const QString& file, std::optional<std::pair<double, double>> range, QSize size,
+           const QString& view) {
+  const LoadOutcome outcome = load_or_fail(file);
+  const LoadedDocument& document = *outcome.document;
+  QImage image(size, QImage::Format_RGB32);
+  QPainter painter(&image);
+  if (view == QLatin1String("summary")) {
+    if (!document.summary) fail(QStringLiteral("%1: a program has no run to summarise; use --view timeline").arg(file));
+    SummaryCharts charts;
+    charts.setSummary(*document.summary);
+    charts.render(painter, size);
+  } else {
+    if (!document.store) fail(QStringLiteral("%1: a run report has no timeline; use --view summary").arg(file));
+    TimelineView timeline;
+    timeline.resize(size);
+    timeline.setStore(document.store);
+    if (range) timeline.setVisibleRange(range->first, range->second);
+    timeline.render(painter, size);
+  }
+  painter.end();
+  // All or nothing: QSaveFile writes beside the target and renames on commit.
+  QSaveFile save(out);
+  if (!save.open(QIODevice::WriteOnly) || !image.save(&save, "PNG") || !save.commit())
+    fail(QStringLiteral("%1: cannot write the PNG (%2)").arg(out, save.errorString()));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (wants_headless(argc, argv) && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
+  QApplication app(argc, argv);
+  QApplication::setOrganizationName(QStringLiteral("stratsim"));
+  QApplication::setApplicationName(QStringLiteral("stratsim-view"));
+  QApplication::setApplicationVersion(QStringLiteral("0.1.0"));
+
+  QCommandLineParser parser;
+  parser.setApplicationDescription(QStringLiteral("The stratsim timeline viewer"));
+  parser.addHelpOption();
+  parser.addVersionOption();
+  const QCommandLineOption render_option(QStringLiteral("render"), QStringLiteral("Draw FILE's view to OUT.png and exit"),
+                                         QStringLiteral("OUT.png"));
+  const QCommandLineOption report_option(QStringLiteral("report"),
+                                         QStringLiteral("Print FILE's range statistics and collective counts and exit"));
+  const QCommandLineOption range_option(QStringLiteral("range"),
+                                        QStringLiteral("Time range START:END (units s, ms, us, ns; default seconds)"),
+                                        QStringLiteral("START:END"));
+  const QCommandLineOption size_option(QStringLiteral("size"), QStringLiteral("Image size for --render"),
+                                       QStringLiteral("WxH"), QStringLiteral("1600x900"));
+  const QCommandLineOption view_option(QStringLiteral("view"), QStringLiteral("timeline or summary, for --render"),
+                                       QStringLiteral("VIEW"), QStringLiteral("timeline"));
+  parser.addOptions({render_option, report_option, range_option, size_option, view_option});
+  parser.addPositionalArgument(QStringLiteral("files"), QStringLiteral("Timelines, --json reports or programs"),
+                               QStringLiteral("[FILE...]"));
+  if (!parser.parse(QApplication::arguments())) fail(parser.errorText());
+  if (parser.isSet(QStringLiteral("help"))) parser.showHelp(0);
+  if (parser.isSet(QStringLiteral("version"))) parser.showVersion();
+
+  const QStringList files = parser.positionalArguments();
+  std::optional<std::pair<double, double>> range;
+  if (parser.isSet(range_option)) {
+    range = parseRange(parser.value(range_option));
+    if (!range)
+      fail(QStringLiteral("--range: expected START:END with START < END, e.g. 1.5ms:3ms, got \"%1\"")
+               .arg(parser.value(range_option)));
+  }
+  if (parser.isSet(render_option) || parser.isSet(report_option)) {
+    if (files.size() != 1) fail(QStringLiteral("--render and --report take exactly one FILE, got %1").arg(files.size()));
+    if (parser.isSet(report_option)) {
+      const LoadOutcome outcome = load_or_fail(files.front());
+      QTextStream(stdout) << reportText(*outcome.document, range);
+      return 0;
+    }
+    const QString view = parser.value(view_option);
+    if (view != QLatin1String("timeline") && view != QLatin1String("summary"))
+      fail(QStringLiteral("--view: expected timeline or summary, got \"%1\"").arg(view));
+    return render(parser.value(render_option), files.front(), range, parse_size(parser.value(size_option)), view);
+  }
+  MainWindow window;
+  window.show();
+  window.openFiles(files);
+  return QApplication::exec();
+}

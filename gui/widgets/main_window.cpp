@@ -1,0 +1,200 @@
+#include "widgets/main_window.hpp"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDragEnterEvent>
+#include <QEventLoop>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QProgressDialog>
+#include <QSettings>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QTabWidget>
+
+#include "widgets/document_view.hpp"
+#include "widgets/timeline_view.hpp"
+
+namespace stratsim::gui {
+namespace {
+
+constexpr int kRecentLimit = 10;
+
+}  // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), tabs_(new QTabWidget(this)) {
+  setWindowTitle(QStringLiteral("stratsim-view"));
+  setAcceptDrops(true);
+  tabs_->setTabsClosable(true);
+  tabs_->setDocumentMode(true);
+  setCentralWidget(tabs_);
+  connect(tabs_, &QTabWidget::tabCloseRequested, this, [this](int index) {
+    QWidget* page = tabs_->widget(index);
+    tabs_->removeTab(index);
+    page->deleteLater();
+  });
+  connect(&loader_, &DocumentLoader::progress, this, [this](int percent) {
+    if (progress_) progress_->setValue(percent);
+  });
+  connect(&loader_, &DocumentLoader::finished, this, &MainWindow::loadFinished);
+  buildMenus();
+  restoreState();
+  statusBar()->showMessage(QStringLiteral("Open a timeline (simulate/run --timeline), a --json report or a program"));
+  resize(1280, 800);
+  QSettings settings;
+  if (settings.contains("geometry")) restoreGeometry(settings.value("geometry").toByteArray());
+}
+
+MainWindow::~MainWindow() { loader_.cancel(); }
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu(QStringLiteral("&File"));
+  QAction* open = file->addAction(QStringLiteral("&Open..."), this, [this] {
+    const QStringList paths = QFileDialog::getOpenFileNames(this, QStringLiteral("Open"), QString(),
+                                                            QStringLiteral("stratsim documents (*.json);;All files (*)"));
+    openFiles(paths);
+  });
+  open->setShortcut(QKeySequence::Open);
+  recent_menu_ = file->addMenu(QStringLiteral("Open &Recent"));
+  QAction* close = file->addAction(QStringLiteral("&Close tab"), this, [this] {
+    if (tabs_->count() > 0) emit tabs_->tabCloseRequested(tabs_->currentIndex());
+  });
+  close->setShortcut(QKeySequence::Close);
+  file->addSeparator();
+  QAction* quit = file->addAction(QStringLiteral("&Quit"), this, &QWidget::close);
+  quit->setShortcut(QKeySequence::Quit);
+  QMenu* help = menuBar()->addMenu(QStringLiteral("&Help"));
+  QAction* keys = help->addAction(QStringLiteral("&Shortcuts"), this, &MainWindow::showShortcuts);
+  keys->setShortcut(QKeySequence(Qt::Key_Question));
+}
+
+void MainWindow::showShortcuts() {
+  QMessageBox::information(
+      this, QStringLiteral("Shortcuts"),
+      QStringLiteral("Wheel or Ctrl+wheel: zoom around the cursor; Alt+wheel: scroll lanes\n"
+                     "Drag or Shift+drag: pan; Ctrl+drag or drag on the time axis: select a range\n"
+                     "W/S: zoom in/out; A/D: pan; F: fit all; Z: zoom to the selected range or op\n"
+                     ". and ,: next/previous op on the lane; Home/End: start/end of the run\n"
+                     "Ctrl+F: find ops by name, module or collective kind; Escape: clear\n"
+                     "Click a rank's header to collapse or expand its streams"));
+}
+
+void MainWindow::openFiles(const QStringList& paths) {
+  for (const QString& path : paths)
+    if (!path.isEmpty()) queue_ << path;
+  startNextLoad();
+}
+
+bool MainWindow::loading() const { return loader_.busy() || !queue_.isEmpty() || !loading_path_.isEmpty(); }
+
+void MainWindow::waitForLoads() {
+  while (loading()) {
+    loader_.waitForFinished();
+    QApplication::processEvents(QEventLoop::AllEvents, 50);
+  }
+}
+
+void MainWindow::startNextLoad() {
+  if (!loading_path_.isEmpty() || queue_.isEmpty()) return;
+  loading_path_ = queue_.takeFirst();
+  if (!progress_) {
+    progress_ = new QProgressDialog(this);
+    progress_->setWindowTitle(QStringLiteral("Loading"));
+    progress_->setRange(0, 100);
+    progress_->setMinimumDuration(400);  // small files open without a flash
+    progress_->setAutoReset(false);
+    connect(progress_, &QProgressDialog::canceled, &loader_, &DocumentLoader::cancel);
+  }
+  progress_->setLabelText(QStringLiteral("Reading %1").arg(QFileInfo(loading_path_).fileName()));
+  progress_->setValue(0);
+  loader_.load(loading_path_);
+}
+
+void MainWindow::loadFinished(const LoadOutcome& outcome) {
+  const QString path = std::exchange(loading_path_, QString());
+  if (progress_) progress_->reset();
+  if (outcome.cancelled) {
+    statusBar()->showMessage(QStringLiteral("Cancelled: %1").arg(path));
+  } else if (!outcome.document) {
+    // No tab for a bad file; one message in the CLI's words; other tabs untouched.
+    last_error_ = outcome.error;
+    statusBar()->showMessage(outcome.error);
+    auto* box = new QMessageBox(QMessageBox::Warning, QStringLiteral("Cannot open file"), outcome.error,
+                                QMessageBox::Ok, this);
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    box->open();
+    emit loadFailed(outcome.error);
+  } else {
+    auto* view = new DocumentView(outcome.document, tabs_);
+    if (!splitter_state_.isEmpty()) view->splitter()->restoreState(splitter_state_);
+    if (panel_index_ < view->panels()->count()) view->panels()->setCurrentIndex(panel_index_);
+    const int index = tabs_->addTab(view, QFileInfo(path).fileName());
+    tabs_->setTabToolTip(index, path);
+    tabs_->setCurrentIndex(index);
+    addRecent(path);
+    statusBar()->showMessage(QStringLiteral("Opened %1").arg(path));
+    emit documentOpened(path);
+  }
+  startNextLoad();
+}
+
+void MainWindow::addRecent(const QString& path) {
+  const QString absolute = QFileInfo(path).absoluteFilePath();
+  recent_.removeAll(absolute);
+  recent_.prepend(absolute);
+  while (recent_.size() > kRecentLimit) recent_.removeLast();
+  rebuildRecentMenu();
+  QSettings().setValue("recentFiles", recent_);
+}
+
+void MainWindow::rebuildRecentMenu() {
+  recent_menu_->clear();
+  for (const QString& path : recent_) recent_menu_->addAction(path, this, [this, path] { openFiles({path}); });
+  recent_menu_->setEnabled(!recent_.isEmpty());
+}
+
+DocumentView* MainWindow::currentDocument() const { return qobject_cast<DocumentView*>(tabs_->currentWidget()); }
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+  if (event->mimeData()->hasUrls()) event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+  QStringList paths;
+  for (const QUrl& url : event->mimeData()->urls())
+    if (url.isLocalFile()) paths << url.toLocalFile();
+  event->acceptProposedAction();
+  openFiles(paths);
+}
+
+void MainWindow::saveState() const {
+  QSettings settings;
+  settings.setValue("geometry", saveGeometry());
+  settings.setValue("windowState", QMainWindow::saveState());
+  if (const DocumentView* view = currentDocument()) {
+    settings.setValue("splitter", view->splitter()->saveState());
+    settings.setValue("panel", view->panels()->currentIndex());
+  }
+  settings.setValue("recentFiles", recent_);
+}
+
+void MainWindow::restoreState() {
+  QSettings settings;
+  recent_ = settings.value("recentFiles").toStringList();
+  splitter_state_ = settings.value("splitter").toByteArray();
+  panel_index_ = settings.value("panel", 0).toInt();
+  QMainWindow::restoreState(settings.value("windowState").toByteArray());
+  rebuildRecentMenu();
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  saveState();
+  loader_.cancel();
+  event->accept();
+}
+
+}  // namespace stratsim::gui
