@@ -87,8 +87,18 @@ int render(const QString& out, const QString& file, std::optional<std::pair<doub
 
 }  // namespace
 
+// Headless runs print one line on failure and nothing else: Qt's own warnings (a missing
+// XDG_RUNTIME_DIR, font lookups) are for interactive sessions.
+void quiet_messages(QtMsgType type, const QMessageLogContext&, const QString& message) {
+  if (type == QtCriticalMsg || type == QtFatalMsg) QTextStream(stderr) << message << '\n';
+}
+
 int main(int argc, char** argv) {
-  if (wants_headless(argc, argv) && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
+  const bool headless = wants_headless(argc, argv);
+  if (headless) {
+    qInstallMessageHandler(quiet_messages);
+    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
+  }
   QApplication app(argc, argv);
   QApplication::setOrganizationName(QStringLiteral("stratsim"));
   QApplication::setApplicationName(QStringLiteral("stratsim-view"));

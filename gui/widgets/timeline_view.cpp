@@ -258,8 +258,10 @@ void TimelineView::drawLane(QPainter& p, const Viewport& viewport, int recorded,
       }
       if (box.width() > 36 && area.height() >= 12) {
         p.setPen(Qt::white);
-        p.drawText(box.adjusted(3, 0, -2, 0), Qt::AlignVCenter | Qt::AlignLeft,
-                   QString::fromStdString(store_->program().ops[run.column.op].name));
+        const QRect text_box = box.adjusted(3, 0, -2, 0);
+        p.drawText(text_box, Qt::AlignVCenter | Qt::AlignLeft,
+                   p.fontMetrics().elidedText(QString::fromStdString(store_->program().ops[run.column.op].name),
+                                              Qt::ElideRight, text_box.width()));
       }
     } else {
       // Several ops in one pixel: the dominant colour, paler where the column is less busy.
