@@ -204,70 +204,89 @@ void TimelineView::drawAxis(QPainter& p, const Viewport& viewport, int width) co
   }
 }
 
+// The lanes are drawn in two passes: every lane's per-pixel columns written straight into one
+// image (a million ops at whole-run zoom are ~2,000 distinct columns per lane: one fillRect each
+// would dominate the frame), then, with QPainter, the outlines and names of ops wide enough to
+// show them, and the label column.
 void TimelineView::drawLanes(QPainter& p, const Viewport& viewport, QSize size) const {
   const int top = lanesTop(), bottom = size.height() - kLegendHeight;
-  p.save();
-  p.setClipRect(QRect(0, top, size.width(), bottom - top));
-  // Tick grid first, so ops paint over it.
-  p.setPen(kGrid);
-  for (const Tick& tick : ticks(viewport)) {
-    const int x = kLabelWidth + static_cast<int>(std::lround(viewport.xOf(tick.time)));
-    p.drawLine(x, top, x, bottom);
-  }
+  const int height = std::max(1, bottom - top);
+  QImage lanes(viewport.width(), height, QImage::Format_RGB32);
+  lanes.fill(kBackground);
+  const auto fill = [&](int y0, int y1, int x0, int x1, QRgb colour) {
+    y0 = std::max(0, y0);
+    y1 = std::min(height, y1);
+    x0 = std::max(0, x0);
+    x1 = std::min(lanes.width(), x1);
+    for (int y = y0; y < y1; ++y) {
+      QRgb* line = reinterpret_cast<QRgb*>(lanes.scanLine(y));
+      std::fill(line + x0, line + x1, colour);
+    }
+  };
+  const std::vector<Tick> grid = ticks(viewport);
+  std::vector<std::pair<QRect, LaneRow>> labelled;  // visible rows, for the label pass
+  std::vector<std::pair<QRect, ColumnRun>> boxes;   // single-op runs, for the outline pass
   for (const LaneRow& row : layout_.rows()) {
-    const int y = top + row.y - scroll_y_;
-    if (y + row.height < top || y > bottom) continue;
-    const QRect label(0, y, kLabelWidth, row.height);
+    const int y = row.y - scroll_y_;
+    if (y + row.height < 0 || y > height) continue;
+    labelled.emplace_back(QRect(0, top + y, kLabelWidth, row.height), row);
+    if (row.header) fill(y, y + row.height, 0, lanes.width(), kHeaderShade.rgb());
+    else if (row.stream % 2 == 1) fill(y, y + row.height, 0, lanes.width(), kLaneShade.rgb());
+    if (!row.header)
+      for (const Tick& tick : grid) {
+        const int x = static_cast<int>(std::lround(viewport.xOf(tick.time)));
+        fill(y, y + row.height, x, x + 1, kGrid.rgb());
+      }
+    const bool collapsed_header = row.header && layout_.collapsed(row.recorded);
+    if (row.header && !collapsed_header) continue;
+    // A collapsed rank shows its compute stream in its header.
+    const int stream = collapsed_header ? 0 : row.stream;
+    const int inset = collapsed_header ? 3 : (row.height >= 8 ? 2 : 0);
+    const int y0 = y + inset, y1 = y + row.height - inset;
+    for (const ColumnRun& run : columnRuns(laneColumns(*store_, row.recorded, stream, viewport))) {
+      const QColor colour = categoryColor(run.column.dominant);
+      const QColor shown = run.column.op >= 0 ? colour : blend(kBackground, colour, 0.35 + 0.65 * run.column.busy);
+      fill(y0, y1, run.first, run.last + 1, shown.rgb());
+      if (run.column.op >= 0 && run.last - run.first >= 3)
+        boxes.emplace_back(QRect(kLabelWidth + run.first, top + y0, run.last - run.first + 1, y1 - y0), run);
+    }
+  }
+  p.drawImage(kLabelWidth, top, lanes);
+  p.save();
+  p.setClipRect(QRect(0, top, size.width(), height));
+  for (const auto& [box, run] : boxes) {
+    p.setPen(categoryColor(run.column.dominant).darker(140));
+    p.drawRect(box.adjusted(0, 0, -1, -1));
+    if (box.width() > 36 && box.height() >= 12) {
+      p.setPen(Qt::white);
+      const QRect text_box = box.adjusted(3, 0, -2, 0);
+      p.drawText(text_box, Qt::AlignVCenter | Qt::AlignLeft,
+                 p.fontMetrics().elidedText(QString::fromStdString(store_->program().ops[run.column.op].name),
+                                            Qt::ElideRight, text_box.width()));
+    }
+  }
+  for (const auto& [label, row] : labelled) {
     if (row.header) {
-      p.fillRect(QRect(0, y, size.width(), row.height), kHeaderShade);
+      p.fillRect(label, kHeaderShade);
       p.setPen(kText);
       const QString arrow = layout_.collapsed(row.recorded) ? QStringLiteral("▸ ") : QStringLiteral("▾ ");
       p.drawText(label.adjusted(4, 0, 0, 0), Qt::AlignVCenter | Qt::AlignLeft, arrow + store_->rankLabel(row.recorded));
-      if (layout_.collapsed(row.recorded))  // a collapsed rank shows its compute stream in the header
-        drawLane(p, viewport, row.recorded, 0, QRect(kLabelWidth, y + 3, viewport.width(), row.height - 6));
-      continue;
+    } else {
+      p.fillRect(label, row.stream % 2 == 1 ? kLaneShade : kBackground);
+      if (row.height >= 10) {
+        p.setPen(kText);
+        p.drawText(label.adjusted(18, 0, -4, 0), Qt::AlignVCenter | Qt::AlignLeft,
+                   QString::fromStdString(store_->program().streams[row.stream]));
+      }
     }
-    if (row.stream % 2 == 1) p.fillRect(QRect(0, y, size.width(), row.height), kLaneShade);
-    p.setPen(kText);
-    if (row.height >= 10)
-      p.drawText(label.adjusted(18, 0, -4, 0), Qt::AlignVCenter | Qt::AlignLeft,
-                 QString::fromStdString(store_->program().streams[row.stream]));
-    drawLane(p, viewport, row.recorded, row.stream, QRect(kLabelWidth, y + 2, viewport.width(), std::max(1, row.height - 4)));
   }
   // Iteration boundaries: where each iteration's last op ended on any rank.
-  QPen boundary(QColor(0x40, 0x40, 0x40), 1, Qt::DashLine);
-  p.setPen(boundary);
-  for (std::size_t i = 0; i < store_->result().iteration_end.size(); ++i) {
-    const double x = kLabelWidth + viewport.xOf(store_->result().iteration_end[i]);
-    if (x < kLabelWidth || x > kLabelWidth + viewport.width()) continue;
-    p.drawLine(QPointF(x, top), QPointF(x, bottom));
+  p.setPen(QPen(QColor(0x40, 0x40, 0x40), 1, Qt::DashLine));
+  for (double end : store_->result().iteration_end) {
+    const double x = kLabelWidth + viewport.xOf(end);
+    if (x >= kLabelWidth && x <= kLabelWidth + viewport.width()) p.drawLine(QPointF(x, top), QPointF(x, bottom));
   }
   p.restore();
-}
-
-void TimelineView::drawLane(QPainter& p, const Viewport& viewport, int recorded, int stream, QRect area) const {
-  const std::vector<PixelColumn> columns = laneColumns(*store_, recorded, stream, viewport);
-  for (const ColumnRun& run : columnRuns(columns)) {
-    const QColor color = categoryColor(run.column.dominant);
-    const QRect box(area.left() + run.first, area.top(), run.last - run.first + 1, area.height());
-    if (run.column.op >= 0) {
-      p.fillRect(box, color);
-      if (box.width() >= 4) {
-        p.setPen(color.darker(140));
-        p.drawRect(box.adjusted(0, 0, -1, -1));
-      }
-      if (box.width() > 36 && area.height() >= 12) {
-        p.setPen(Qt::white);
-        const QRect text_box = box.adjusted(3, 0, -2, 0);
-        p.drawText(text_box, Qt::AlignVCenter | Qt::AlignLeft,
-                   p.fontMetrics().elidedText(QString::fromStdString(store_->program().ops[run.column.op].name),
-                                              Qt::ElideRight, text_box.width()));
-      }
-    } else {
-      // Several ops in one pixel: the dominant colour, paler where the column is less busy.
-      p.fillRect(box, blend(kBackground, color, 0.35 + 0.65 * run.column.busy));
-    }
-  }
 }
 
 QRectF TimelineView::opRect(const Viewport& viewport, OpRef op) const {

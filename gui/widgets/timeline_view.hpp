@@ -92,7 +92,6 @@ class TimelineView : public QWidget {
 
   void drawAxis(QPainter& p, const Viewport& viewport, int width) const;
   void drawLanes(QPainter& p, const Viewport& viewport, QSize size) const;
-  void drawLane(QPainter& p, const Viewport& viewport, int recorded, int stream, QRect area) const;
   void drawOverlays(QPainter& p, const Viewport& viewport, QSize size) const;
   void drawLegend(QPainter& p, QSize size) const;
   QRectF opRect(const Viewport& viewport, OpRef op) const;  // in widget coordinates; empty when hidden
