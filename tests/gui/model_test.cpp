@@ -195,6 +195,13 @@ class ModelTest : public QObject {
     const std::vector<PixelColumn> half = laneColumns(store, 0, 0, Viewport(50e-6, 150e-6, 100));
     QVERIFY(half[10].busy > 0.99f);
     QCOMPARE(half[60].busy, 0.0f);
+    // 4 ops per column (the exact path, a few ops per pixel): several ops, so no single op named.
+    const std::vector<PixelColumn> mixed = laneColumns(store, 0, 0, Viewport(0, 16e-9, 4));
+    for (const PixelColumn& column : mixed) {
+      QCOMPARE(column.op, -1);
+      QCOMPARE(column.dominant, Category::compute);
+      QVERIFY(std::abs(column.busy - 1.0f) < 1e-3);
+    }
     // Zoomed to 4 ops over 4 px: each column is one op, the all-gather in its own colour.
     const std::vector<PixelColumn> four = laneColumns(store, 0, 0, Viewport(0, 4e-9, 4));
     QCOMPARE(four[3].op, 3);
