@@ -2,11 +2,11 @@
 // whole or not at all, so a failure never leaves a partial output behind.
 #include "stratsim/cli/command.hpp"
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -29,14 +29,24 @@ void print_error(const std::string& message) {
 
 void write_atomically(const std::string& path, const std::string& text) {
   using core::InputError;
-  const std::string temporary = path + ".tmp";
+  std::error_code error;
+  // A device, pipe or socket (-o /dev/null, -o /dev/stdout, a FIFO) is written in place: renaming a
+  // file over it would replace the device itself (as root, /dev/null becomes a regular file).
+  const auto status = std::filesystem::status(path, error);
+  if (!error && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    std::ofstream out(path, std::ios::binary);
+    if (!out || !(out << text) || !out.flush()) throw InputError(fmt::format("{}: cannot write file", path));
+    return;
+  }
+  // Beside the target (same file system, so the rename is atomic), named per process so that
+  // concurrent runs writing the same output never share a temporary file.
+  const std::string temporary = fmt::format("{}.tmp.{}", path, ::getpid());
   {
     std::ofstream out(temporary, std::ios::binary);
     if (!out) throw InputError(fmt::format("{}: cannot write file", path));
     out << text;
     if (!out.flush()) throw InputError(fmt::format("{}: cannot write file", path));
   }
-  std::error_code error;
   std::filesystem::rename(temporary, path, error);
   if (error) {
     std::filesystem::remove(temporary, error);
@@ -52,7 +62,10 @@ void write_all_or_nothing(const std::vector<std::pair<std::string, std::string>>
       written.push_back(path);
     }
   } catch (const core::InputError&) {
-    for (const std::string& path : written) std::filesystem::remove(path);
+    // Only files this run created go; a device written in place (/dev/null) stays.
+    std::error_code error;
+    for (const std::string& path : written)
+      if (std::filesystem::is_regular_file(path, error)) std::filesystem::remove(path, error);
     throw;
   }
 }

@@ -1,6 +1,9 @@
 // Runs the real `stratsim` binary: exit codes, one-line errors naming file and field, and no
 // partial output on failure.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <thread>
 
 #include <array>
 #include <cstdio>
@@ -67,6 +70,31 @@ TEST(Cli, EmitProgramWritesAParseableProgram) {
   EXPECT_EQ(doc["format"], "stratsim.program");
   EXPECT_EQ(doc["streams"][0], "compute");
   EXPECT_GT(doc["ops"].size(), 10u);
+}
+
+// An output that is a device or a pipe is written in place, never replaced by a renamed file: as
+// root, `-o /dev/null` once turned /dev/null into a regular file. A FIFO stands for the device
+// here (a reader drains it), so the test cannot damage the machine it runs on.
+TEST(Cli, OutputsThatAreNotRegularFilesAreWrittenInPlace) {
+  const std::string fifo = testing::TempDir() + "/stratsim-output-fifo";
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string drained;
+  std::thread reader([&] {
+    std::ifstream in(fifo);
+    drained.assign(std::istreambuf_iterator<char>(in), {});
+  });
+  CliRun r = run("plan --model zoo:Net --plan builtin:ddp --json -o " + fifo + " --emit-program " + fifo + ".program");
+  if (!std::filesystem::is_fifo(fifo)) {
+    reader.detach();  // it waits on the FIFO that was renamed over; the process's exit ends it
+    FAIL() << "the FIFO was replaced by a regular file";
+  }
+  reader.join();
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(drained.find("\"counts\""), std::string::npos) << drained.substr(0, 200);
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+  std::filesystem::remove(fifo);
+  std::filesystem::remove(fifo + ".program");
 }
 
 TEST(Cli, SameInputsGiveByteIdenticalOutput) {
