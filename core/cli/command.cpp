@@ -75,15 +75,16 @@ void write_run_outputs(const RunOutputs& outputs, const core::Program& program, 
   const core::Analysis analysis = core::analyse(program, result, workload);
   write_run_outputs(outputs, program, result,
                     outputs.json ? core::json_report(program, result, analysis).dump(2) + "\n"
-                                 : core::text_report(program, result, analysis));
+                                 : core::text_report(program, result, analysis),
+                    workload);
 }
 
 void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
-                       const std::string& report) {
+                       const std::string& report, const core::Workload& workload) {
   std::vector<std::pair<std::string, std::string>> files;
   if (!outputs.trace.empty()) files.emplace_back(outputs.trace, core::chrome_trace(program, result));
   if (!outputs.timeline.empty())
-    files.emplace_back(outputs.timeline, core::timeline_json(program, result).dump() + "\n");
+    files.emplace_back(outputs.timeline, core::timeline_json(program, result, workload).dump() + "\n");
   if (!outputs.output.empty()) files.emplace_back(outputs.output, report);
   write_all_or_nothing(files);
   if (outputs.output.empty()) std::cout << report << std::flush;

@@ -38,12 +38,20 @@ void check_run_matches_program(const JsonReader& doc, const Program& program, co
 }
 
 Timeline read_v2(const JsonReader& doc) {
-  doc.allow_only({"format", "version", "program", "run"});
+  doc.allow_only({"format", "version", "program", "run", "workload"});
   Timeline timeline;
   timeline.version = 2;
   timeline.program = program_from_json(doc.at("program"));
   timeline.result = run_result_from_json(doc.at("run"), &timeline.program);
   check_run_matches_program(doc, timeline.program, timeline.result);
+  if (doc.has("workload")) {
+    const JsonReader workload = doc.at("workload");
+    workload.allow_only({"samples_per_step", "tokens_per_sample"});
+    timeline.workload.samples_per_step = workload.get_number("samples_per_step", 0);
+    timeline.workload.tokens_per_sample = workload.get_number("tokens_per_sample", 0);
+    if (!(timeline.workload.samples_per_step >= 0) || !(timeline.workload.tokens_per_sample >= 0))
+      workload.fail("expected non-negative samples_per_step and tokens_per_sample");
+  }
   return timeline;
 }
 
@@ -185,12 +193,13 @@ Timeline read_v1(const JsonReader& doc) {
 
 }  // namespace
 
-json timeline_json(const Program& program, const RunResult& result) {
+json timeline_json(const Program& program, const RunResult& result, const Workload& workload) {
   json doc;
   doc["format"] = "stratsim.timeline";
   doc["version"] = 2;
   doc["program"] = program_to_json(program);
   doc["run"] = run_result_to_json(result, &program);
+  doc["workload"] = {{"samples_per_step", workload.samples_per_step}, {"tokens_per_sample", workload.tokens_per_sample}};
   return doc;
 }
 

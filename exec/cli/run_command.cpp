@@ -155,7 +155,8 @@ int train_rank(const RunArgs& args, exec::Backend& backend, const Planned& plann
   for (const exec::TrainRecord& r : records) timings.push_back(r.timing);
   const core::RunResult result =
       exec::assemble(planned.result.program, timings, backend.name(), host_description(backend, args) + ", training");
-  write_run_outputs({args.json, args.output, args.trace, args.timeline}, planned.result.program, result, report);
+  write_run_outputs({args.json, args.output, args.trace, args.timeline}, planned.result.program, result, report,
+                    core::workload_of(planned.model, planned.plan));
   if (!summary.passed) std::cerr << "stratsim run --train: parity with local training FAILED\n" << std::flush;
   return summary.passed ? 0 : 1;
 }

@@ -25,9 +25,8 @@ QString category_name(Category category) {
 }
 
 TimelineStore::TimelineStore(core::Timeline timeline) : timeline_(std::move(timeline)) {
-  // The timeline carries no plan, so no batch size: throughput figures read 0; step times,
-  // overlap and busbw are complete.
-  analysis_ = core::analyse(timeline_.program, timeline_.result, core::Workload{});
+  // Throughput needs the workload the producer wrote (version 1 files and programs have none: 0).
+  analysis_ = core::analyse(timeline_.program, timeline_.result, timeline_.workload);
   categories_.reserve(timeline_.program.ops.size());
   for (const core::ProgramOp& op : timeline_.program.ops) categories_.push_back(category_of(op));
   buildLanes();

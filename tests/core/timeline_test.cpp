@@ -114,6 +114,18 @@ TEST(TimelineV2, CarriesTheProgramAndTheRun) {
   EXPECT_EQ(doc.dump().find("wall"), std::string::npos) << "host time is not deterministic output";
 }
 
+TEST(TimelineV2, CarriesTheWorkloadForThroughput) {
+  const Timeline back = timeline_from_json(timeline_json(program(), result(), {8, 2048}), "t.json");
+  EXPECT_EQ(back.workload.samples_per_step, 8);
+  EXPECT_EQ(back.workload.tokens_per_sample, 2048);
+  EXPECT_EQ(report_of(back.program, back.result), report_of(program(), result())) << "report_of uses {8, 0}";
+  json doc = timeline_json(program(), result(), {8, 2048});
+  doc["workload"]["samples_per_step"] = -1;
+  EXPECT_EQ(error_of(doc), "t.json: workload: expected non-negative samples_per_step and tokens_per_sample");
+  doc.erase("workload");
+  EXPECT_EQ(timeline_from_json(doc, "t.json").workload.samples_per_step, 0) << "optional";
+}
+
 TEST(TimelineV2, ReadsBackToTheSameProgramRunAndAnalysis) {
   const json written = json::parse(timeline_json(program(), result()).dump());
   const Timeline back = timeline_from_json(written, "t.json");

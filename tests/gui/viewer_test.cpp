@@ -15,6 +15,10 @@
 #include <QtTest/QtTest>
 
 #include <cstdlib>
+#include <fstream>
+
+#include "model/document_loader.hpp"
+#include "stratsim/core/document.hpp"
 
 #include "model/table_models.hpp"
 #include "widgets/document_view.hpp"
@@ -278,6 +282,54 @@ class ViewerTest : public QObject {
     QVERIFY(!doc->findBar()->matches().empty());
     QTest::keyClick(doc->findBar(), Qt::Key_Return);
     QCOMPARE(view->selectedOp(), doc->findBar()->matches().front());
+  }
+
+  // Every document of the loader's fuzz corpus opens (or is refused) without harm, one tab each.
+  void theCorpusOpens() {
+    QStringList files;
+    for (const QFileInfo& info : QDir(STRATSIM_TEST_DATA "/documents").entryInfoList({"*.json"}, QDir::Files))
+      files << info.absoluteFilePath();
+    QVERIFY(files.size() >= 5);
+    std::unique_ptr<MainWindow> window(openWindow(files));
+    QCOMPARE(window->tabs()->count(), files.size());
+    QVERIFY(window->lastError().isEmpty());
+    for (int i = 0; i < window->tabs()->count(); ++i) {
+      window->tabs()->setCurrentIndex(i);
+      QTest::qWait(1);
+      QVERIFY(!window->tabs()->currentWidget()->grab().isNull());
+    }
+  }
+
+  // A large file loads off the UI thread with progress; Cancel stops it and opens nothing.
+  void loadingReportsProgressAndCancels() {
+    core::Program program = core::read_document(timeline_.toStdString()).timeline.program;
+    core::RunResult result = core::read_document(timeline_.toStdString()).timeline.result;
+    // Many copies of rank 0's timings: a file of several MiB, so progress is reported.
+    const auto timings = result.timings.front();
+    result.timings.assign(3000, timings);
+    result.recorded.clear();
+    for (int s = 0; s < 3000; ++s) result.recorded.push_back({s % result.world_size});
+    const QString big = path("big.timeline.json");
+    {
+      std::ofstream out(big.toStdString());
+      out << core::timeline_json(program, result).dump();
+    }
+    QVERIFY(QFileInfo(big).size() > (3 << 20));
+    DocumentLoader loader;
+    QSignalSpy progress(&loader, &DocumentLoader::progress);
+    QSignalSpy finished(&loader, &DocumentLoader::finished);
+    loader.load(big);
+    QVERIFY(finished.wait(60000));
+    const auto outcome = finished.takeFirst().at(0).value<LoadOutcome>();
+    QVERIFY2(outcome.document, qPrintable(outcome.error));
+    QCOMPARE(outcome.document->store->recordedRanks(), 3000);
+    QVERIFY(progress.count() >= 3);
+    loader.load(big);
+    loader.cancel();
+    QVERIFY(finished.wait(60000));
+    const auto cancelled = finished.takeFirst().at(0).value<LoadOutcome>();
+    QVERIFY(cancelled.cancelled);
+    QVERIFY(!cancelled.document);
   }
 
   void rankHeadersCollapse() {

@@ -40,6 +40,7 @@ struct LibraryRun {
   core::Program program;
   sim::SimResult result;
   core::Analysis analysis;
+  core::Workload workload;
 };
 
 LibraryRun library_run(const std::string& model_spec, const std::string& plan_spec, const std::string& platform) {
@@ -48,7 +49,8 @@ LibraryRun library_run(const std::string& model_spec, const std::string& plan_sp
   LibraryRun run;
   run.program = core::plan_training(model, plan).program;
   run.result = sim::simulate(run.program, sim::parse_platform(platform));
-  run.analysis = core::analyse(run.program, run.result, core::workload_of(model, plan));
+  run.workload = core::workload_of(model, plan);
+  run.analysis = core::analyse(run.program, run.result, run.workload);
   return run;
 }
 
@@ -91,7 +93,7 @@ TEST(SimulateCli, WritesReportTraceAndTimeline) {
   EXPECT_EQ(trace_text, core::chrome_trace(expected.program, expected.result));
   const auto timeline_doc = nlohmann::json::parse(read_file(timeline));
   EXPECT_EQ(timeline_doc["format"], "stratsim.timeline");
-  EXPECT_EQ(timeline_doc, core::timeline_json(expected.program, expected.result));
+  EXPECT_EQ(timeline_doc, core::timeline_json(expected.program, expected.result, expected.workload));
   for (const auto& path : {report, trace, timeline}) std::filesystem::remove(path);
 }
 

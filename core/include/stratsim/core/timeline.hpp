@@ -15,6 +15,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "stratsim/core/program.hpp"
+#include "stratsim/core/run_analysis.hpp"
 #include "stratsim/core/run_result.hpp"
 
 namespace stratsim::core {
@@ -22,11 +23,13 @@ namespace stratsim::core {
 struct Timeline {
   Program program;
   RunResult result;
-  int version = 2;  // the version the document was written in
+  Workload workload;  // what one step processes, for throughput; zeros when the file does not say
+  int version = 2;    // the version the document was written in
 };
 
-// stratsim.timeline v2: {"format", "version": 2, "program": program_to_json, "run": run_result_to_json}.
-nlohmann::json timeline_json(const Program& program, const RunResult& result);
+// stratsim.timeline v2: {"format", "version": 2, "program": program_to_json, "run":
+// run_result_to_json, "workload": {"samples_per_step", "tokens_per_sample"}}.
+nlohmann::json timeline_json(const Program& program, const RunResult& result, const Workload& workload = {});
 
 // Reads v1 or v2; throws InputError naming `origin` and the field path.
 Timeline timeline_from_json(const nlohmann::json& document, const std::string& origin);

@@ -56,8 +56,9 @@ struct RunOutputs {
 // Analyses the run, renders everything, then writes all of it or nothing.
 void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
                        const core::Workload& workload);
-// The same with a report the caller rendered (stratsim run --train's parity report).
+// The same with a report the caller rendered (stratsim run --train's parity report); the workload
+// goes into the timeline, for the viewer's throughput.
 void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
-                       const std::string& report);
+                       const std::string& report, const core::Workload& workload);
 
 }  // namespace stratsim::cli
