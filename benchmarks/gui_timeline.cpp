@@ -36,9 +36,11 @@ const std::string& timeline_file(int recorded) {
   static std::map<int, std::string> files;
   auto [it, added] = files.try_emplace(recorded);
   if (added) {
-    it->second = (std::filesystem::temp_directory_path() / ("stratsim-gui-bench-" + std::to_string(recorded) + ".json")).string();
+    it->second = (std::filesystem::temp_directory_path() / ("stratsim-gui-bench-" + std::to_string(recorded) + ".json"))
+                     .string();
     const core::Program& program = bench::llama_fsdp_tp_program();
-    std::ofstream(it->second, std::ios::binary) << core::timeline_json(program, bench::full_mode_run(program, recorded)).dump();
+    std::ofstream(it->second, std::ios::binary)
+        << core::timeline_json(program, bench::full_mode_run(program, recorded)).dump();
   }
   return it->second;
 }

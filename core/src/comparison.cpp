@@ -125,8 +125,11 @@ void check_fields(const JsonReader& object, const FieldTypes& types) {
 }
 
 void check_rank_entry(const JsonReader& rank) {
-  check_fields(rank, {{}, {}, {"compute_s", "communication_s", "exposed_communication_s", "overlap", "idle_s",
-                               "wait_at_collective_s"}, {}});
+  check_fields(
+      rank, {{},
+             {},
+             {"compute_s", "communication_s", "exposed_communication_s", "overlap", "idle_s", "wait_at_collective_s"},
+             {}});
   if (rank.has("ranks"))
     for (std::size_t k = 0; k < rank.at("ranks").size(); ++k) rank.at("ranks").at(k).as_int();
   if (rank.has("streams"))
@@ -139,11 +142,12 @@ void check_report_fields(const JsonReader& doc) {
   const JsonReader iterations = doc.at("iterations"), ranks = doc.at("ranks"), collectives = doc.at("collectives");
   iterations.expect_array();
   for (std::size_t i = 0; i < iterations.size(); ++i)
-    check_fields(iterations.at(i), {{"step_time_s"},
-                                    {},
-                                    {"iteration", "start_s", "end_s", "samples_per_s", "tokens_per_s",
-                                     "model_tflops_per_device", "communication_s", "exposed_communication_s", "overlap"},
-                                    {}});
+    check_fields(iterations.at(i),
+                 {{"step_time_s"},
+                  {},
+                  {"iteration", "start_s", "end_s", "samples_per_s", "tokens_per_s", "model_tflops_per_device",
+                   "communication_s", "exposed_communication_s", "overlap"},
+                  {}});
   ranks.expect_array();
   for (std::size_t i = 0; i < ranks.size(); ++i) check_rank_entry(ranks.at(i));
   collectives.expect_array();
@@ -171,8 +175,8 @@ ComparedRun described(const RunReport& report) {
 }  // namespace
 
 RunReport run_report_from_json(json doc, const std::string& origin) {
-  if (!doc.is_object() || doc.value("format", "") != "stratsim.simulation" || !doc.value("version", json()).is_number_integer() ||
-      doc.value("version", 0) != 1)
+  if (!doc.is_object() || doc.value("format", "") != "stratsim.simulation" ||
+      !doc.value("version", json()).is_number_integer() || doc.value("version", 0) != 1)
     throw InputError(
         fmt::format("{}: expected a stratsim report (\"format\": \"stratsim.simulation\", version 1) "
                     "from `stratsim simulate --json` or `stratsim run --json`",

@@ -106,8 +106,8 @@ Document document_from_json(json document, const std::string& origin) {
     out.kind = DocumentKind::program;
     out.program = program_from_json(document, origin);
   } else {
-    doc.at("format").fail(fmt::format(
-        "expected stratsim.timeline, stratsim.simulation or stratsim.program, got \"{}\"", format));
+    doc.at("format").fail(
+        fmt::format("expected stratsim.timeline, stratsim.simulation or stratsim.program, got \"{}\"", format));
   }
   return out;
 }

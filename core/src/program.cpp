@@ -63,8 +63,6 @@ std::string_view op_role_name(OpRole role) { return kRoleNames.name(role); }
 Phase parse_phase(const JsonReader& node) { return parse_enum(node, kPhaseNames); }
 CollectiveKind parse_collective_kind(const JsonReader& node) { return parse_enum(node, kCollectiveKindNames); }
 
-
-
 int Program::stream_id(const std::string& name) {
   for (std::size_t i = 0; i < streams.size(); ++i)
     if (streams[i] == name) return static_cast<int>(i);
@@ -134,7 +132,6 @@ nlohmann::json program_to_json(const Program& program) {
   doc["ops"] = std::move(ops);
   return doc;
 }
-
 
 namespace {
 

@@ -112,8 +112,8 @@ std::vector<IterationStats> iteration_stats(const Program& program, const RunRes
 
 // One recorded rank inside [begin, end): every interval clipped to the window, so a range
 // selected in the viewer and the run's totals (the window [0, makespan]) come from this one code.
-RankStats rank_stats(const Program& program, const std::vector<OpTiming>& timings, std::vector<int> ranks,
-                     double begin, double end) {
+RankStats rank_stats(const Program& program, const std::vector<OpTiming>& timings, std::vector<int> ranks, double begin,
+                     double end) {
   RankStats stats;
   stats.ranks = std::move(ranks);
   std::vector<Interval> compute, communication;

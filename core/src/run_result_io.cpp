@@ -70,9 +70,14 @@ json collectives_json(const std::vector<CollectiveRun>& runs, const Program* pro
     const std::vector<int>* members = groups.members(run.op, run.instance);
     ranks.push_back(members && *members == run.ranks ? json(nullptr) : json(run.ranks));
   }
-  return {{"op", std::move(op)},         {"instance", std::move(instance)},     {"algorithm", std::move(algorithm)},
-          {"bytes", std::move(bytes)},   {"group_size", std::move(group_size)}, {"start_s", std::move(start)},
-          {"end_s", std::move(end)},     {"ranks", std::move(ranks)}};
+  return {{"op", std::move(op)},
+          {"instance", std::move(instance)},
+          {"algorithm", std::move(algorithm)},
+          {"bytes", std::move(bytes)},
+          {"group_size", std::move(group_size)},
+          {"start_s", std::move(start)},
+          {"end_s", std::move(end)},
+          {"ranks", std::move(ranks)}};
 }
 
 // A time in seconds, read without going through JsonReader per element: timing arrays hold one

@@ -25,16 +25,16 @@ void check_run_matches_program(const JsonReader& doc, const Program& program, co
   const JsonReader run = doc.at("run");
   for (std::size_t s = 0; s < result.timings.size(); ++s)
     if (result.timings[s].size() != program.ops.size())
-      run.at("timings").at(s).fail(fmt::format("expected one timing per program op ({}), got {}", program.ops.size(),
-                                               result.timings[s].size()));
+      run.at("timings").at(s).fail(
+          fmt::format("expected one timing per program op ({}), got {}", program.ops.size(), result.timings[s].size()));
   for (std::size_t i = 0; i < result.collectives.size(); ++i) {
     const int op = result.collectives[i].op;
     if (op < 0 || static_cast<std::size_t>(op) >= program.ops.size() || program.ops[op].type != OpType::collective)
       run.at("collectives").at("op").at(i).fail(fmt::format("op {} is not a collective of the program", op));
   }
   if (result.world_size != program.world_size)
-    run.at("world_size").fail(fmt::format("the program is for {} ranks, the run for {}", program.world_size,
-                                          result.world_size));
+    run.at("world_size")
+        .fail(fmt::format("the program is for {} ranks, the run for {}", program.world_size, result.world_size));
 }
 
 Timeline read_v2(const JsonReader& doc) {
@@ -177,7 +177,8 @@ Timeline read_v1(const JsonReader& doc) {
     run.group_size = static_cast<int>(c.at("group_size").as_int());
     run.start = detail::read_time(c.at("start_s"));
     run.end = detail::read_time(c.at("end_s"));
-    for (std::size_t k = 0; k < c.at("ranks").size(); ++k) run.ranks.push_back(static_cast<int>(c.at("ranks").at(k).as_int()));
+    for (std::size_t k = 0; k < c.at("ranks").size(); ++k)
+      run.ranks.push_back(static_cast<int>(c.at("ranks").at(k).as_int()));
     result.collectives.push_back(std::move(run));
   }
   const JsonReader links = doc.at("links");
@@ -199,7 +200,8 @@ json timeline_json(const Program& program, const RunResult& result, const Worklo
   doc["version"] = 2;
   doc["program"] = program_to_json(program);
   doc["run"] = run_result_to_json(result, &program);
-  doc["workload"] = {{"samples_per_step", workload.samples_per_step}, {"tokens_per_sample", workload.tokens_per_sample}};
+  doc["workload"] = {{"samples_per_step", workload.samples_per_step},
+                     {"tokens_per_sample", workload.tokens_per_sample}};
   return doc;
 }
 

@@ -108,10 +108,10 @@ int main(int argc, char** argv) {
   parser.setApplicationDescription(QStringLiteral("The stratsim timeline viewer"));
   parser.addHelpOption();
   parser.addVersionOption();
-  const QCommandLineOption render_option(QStringLiteral("render"), QStringLiteral("Draw FILE's view to OUT.png and exit"),
-                                         QStringLiteral("OUT.png"));
-  const QCommandLineOption report_option(QStringLiteral("report"),
-                                         QStringLiteral("Print FILE's range statistics and collective counts and exit"));
+  const QCommandLineOption render_option(
+      QStringLiteral("render"), QStringLiteral("Draw FILE's view to OUT.png and exit"), QStringLiteral("OUT.png"));
+  const QCommandLineOption report_option(
+      QStringLiteral("report"), QStringLiteral("Print FILE's range statistics and collective counts and exit"));
   const QCommandLineOption range_option(QStringLiteral("range"),
                                         QStringLiteral("Time range START:END (units s, ms, us, ns; default seconds)"),
                                         QStringLiteral("START:END"));
@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
                .arg(parser.value(range_option)));
   }
   if (parser.isSet(render_option) || parser.isSet(report_option)) {
-    if (files.size() != 1) fail(QStringLiteral("--render and --report take exactly one FILE, got %1").arg(files.size()));
+    if (files.size() != 1)
+      fail(QStringLiteral("--render and --report take exactly one FILE, got %1").arg(files.size()));
     if (parser.isSet(report_option)) {
       const LoadOutcome outcome = load_or_fail(files.front());
       QTextStream(stdout) << reportText(*outcome.document, range);

@@ -64,7 +64,8 @@ void DocumentLoader::load(const QString& path) {
   QPointer<DocumentLoader> self(this);
   watcher_.setFuture(QtConcurrent::run([path, cancel, self] {
     return loadDocument(path, [cancel, self](double fraction) {
-      if (self) QMetaObject::invokeMethod(self, "progress", Qt::QueuedConnection, Q_ARG(int, static_cast<int>(fraction * 100)));
+      if (self)
+        QMetaObject::invokeMethod(self, "progress", Qt::QueuedConnection, Q_ARG(int, static_cast<int>(fraction * 100)));
       return !cancel->load();
     });
   }));

@@ -43,7 +43,8 @@ void LaneLayout::rebuild() {
 }
 
 const LaneRow* LaneLayout::rowAt(int y) const {
-  const auto it = std::upper_bound(rows_.begin(), rows_.end(), y, [](int value, const LaneRow& row) { return value < row.y; });
+  const auto it =
+      std::upper_bound(rows_.begin(), rows_.end(), y, [](int value, const LaneRow& row) { return value < row.y; });
   if (it == rows_.begin()) return nullptr;
   const LaneRow& row = *(it - 1);
   return y < row.y + row.height ? &row : nullptr;

@@ -24,7 +24,7 @@ class LaneLayout {
 
   const std::vector<LaneRow>& rows() const { return rows_; }
   int totalHeight() const { return total_height_; }
-  const LaneRow* rowAt(int y) const;               // nullptr outside every row
+  const LaneRow* rowAt(int y) const;                       // nullptr outside every row
   const LaneRow* laneRow(int recorded, int stream) const;  // nullptr when collapsed
 
   static constexpr int kHeaderHeight = 18;

@@ -13,9 +13,9 @@
 namespace stratsim::gui {
 
 struct PixelColumn {
-  float busy = 0;                          // fraction of the column's time some op ran, 0..1
-  Category dominant = Category::compute;   // the category that covers most of it (when busy > 0)
-  std::int32_t op = -1;                    // the op, when exactly one op touches the column
+  float busy = 0;                         // fraction of the column's time some op ran, 0..1
+  Category dominant = Category::compute;  // the category that covers most of it (when busy > 0)
+  std::int32_t op = -1;                   // the op, when exactly one op touches the column
 };
 
 // Columns [0, viewport.width()) of lane (recorded, stream).

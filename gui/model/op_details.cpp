@@ -26,7 +26,9 @@ OpDetails opDetails(const TimelineStore& store, OpRef ref) {
   const core::ProgramOp& op = store.op(ref);
   const core::OpTiming& t = store.timing(ref);
   details.title = text(op.name);
-  auto add = [&](const char* name, const QString& value) { details.fields.push_back({QString::fromLatin1(name), value}); };
+  auto add = [&](const char* name, const QString& value) {
+    details.fields.push_back({QString::fromLatin1(name), value});
+  };
   add("kind", category_name(store.category(op.id)));
   add("rank", store.rankLabel(ref.recorded));
   add("stream", text(store.program().streams[op.stream]));
@@ -40,8 +42,8 @@ OpDetails opDetails(const TimelineStore& store, OpRef ref) {
   } else {
     if (!op.comm_key.empty()) add("op (CommDebugMode)", text(op.comm_key));
     add("bytes", formatBytes(static_cast<double>(op.bytes)));
-    add("in / out per rank", formatBytes(static_cast<double>(op.input_bytes)) + " / " +
-                                 formatBytes(static_cast<double>(op.output_bytes)));
+    add("in / out per rank",
+        formatBytes(static_cast<double>(op.input_bytes)) + " / " + formatBytes(static_cast<double>(op.output_bytes)));
     add("dtype", text(std::string(core::dtype_name(op.dtype))));
     if (!op.reason.empty()) add("reason", text(op.reason));
     if (!op.params.empty()) add("parameters", joined(op.params));

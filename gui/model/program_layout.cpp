@@ -23,7 +23,8 @@ core::Timeline unscheduledTimeline(core::Program program) {
     if (op.iteration >= 1 && static_cast<std::size_t>(op.iteration) <= iteration_end.size())
       iteration_end[op.iteration - 1] = std::max(iteration_end[op.iteration - 1], slot + kSlotSeconds);
   }
-  for (std::size_t i = 1; i < iteration_end.size(); ++i) iteration_end[i] = std::max(iteration_end[i], iteration_end[i - 1]);
+  for (std::size_t i = 1; i < iteration_end.size(); ++i)
+    iteration_end[i] = std::max(iteration_end[i], iteration_end[i - 1]);
   result.timings.push_back(std::move(timings));
   result.iteration_end = iteration_end;
   result.makespan = iteration_end.back();

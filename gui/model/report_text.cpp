@@ -34,12 +34,16 @@ QString table(const QAbstractItemModel& model, const QString& indent = QStringLi
 }  // namespace
 
 std::optional<double> parseTime(const QString& text) {
-  static const QRegularExpression pattern(QStringLiteral(R"(^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us|µs|ns)?\s*$)"));
+  static const QRegularExpression pattern(
+      QStringLiteral(R"(^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us|µs|ns)?\s*$)"));
   const QRegularExpressionMatch match = pattern.match(text);
   if (!match.hasMatch()) return std::nullopt;
   const double value = match.captured(1).toDouble();
   const QString unit = match.captured(2);
-  const double scale = unit == "ms" ? 1e-3 : (unit == "us" || unit == QStringLiteral("µs")) ? 1e-6 : unit == "ns" ? 1e-9 : 1.0;
+  const double scale = unit == "ms"                                     ? 1e-3
+                       : (unit == "us" || unit == QStringLiteral("µs")) ? 1e-6
+                       : unit == "ns"                                   ? 1e-9
+                                                                        : 1.0;
   return value * scale;
 }
 
@@ -57,7 +61,8 @@ QString reportText(const LoadedDocument& document, std::optional<std::pair<doubl
   stream << "stratsim-view report: " << document.path << '\n';
   if (!document.store) {
     if (document.summary) {
-      stream << "run report: " << document.summary->title << '\n' << "  makespan " << formatTime(document.summary->makespan) << '\n';
+      stream << "run report: " << document.summary->title << '\n'
+             << "  makespan " << formatTime(document.summary->makespan) << '\n';
       for (const auto& it : document.summary->iterations)
         stream << "  iteration " << it.index << ": step time " << formatTime(it.step_time) << '\n';
     }

@@ -25,8 +25,8 @@ SummaryData summaryOf(const core::Program& program, const core::RunResult& resul
     data.iterations.push_back({it.iteration, it.step_time, it.samples_per_second, it.tokens_per_second});
   for (std::size_t s = 0; s < analysis.ranks.size(); ++s) {
     const core::RankStats& r = analysis.ranks[s];
-    data.ranks.push_back({QString::fromStdString(core::describe_ranks(r.ranks, 2)), r.overlap,
-                          r.exposed_communication, r.communication, r.compute});
+    data.ranks.push_back({QString::fromStdString(core::describe_ranks(r.ranks, 2)), r.overlap, r.exposed_communication,
+                          r.communication, r.compute});
   }
   std::set<int> seen;
   for (const core::CollectiveStats& c : analysis.collectives)

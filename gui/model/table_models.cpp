@@ -36,8 +36,8 @@ int CountsModel::rowCount(const QModelIndex& parent) const {
 int CountsModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : column_count; }
 
 QVariant CountsModel::data(const QModelIndex& index, int role) const {
-  if (!index.isValid() || index.row() >= rowCount() || (role != Qt::DisplayRole && role != kRawValueRole &&
-                                                        role != Qt::TextAlignmentRole))
+  if (!index.isValid() || index.row() >= rowCount() ||
+      (role != Qt::DisplayRole && role != kRawValueRole && role != Qt::TextAlignmentRole))
     return {};
   const core::CollectiveCount& row = rows_[static_cast<std::size_t>(index.row())];
   const bool numeric = index.column() == iteration || index.column() == count || index.column() == bytes;
@@ -67,7 +67,8 @@ QVariant CountsModel::data(const QModelIndex& index, int role) const {
 
 QVariant CountsModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* names[] = {"iteration", "op (CommDebugMode)", "kind", "phase", "module", "group", "count", "bytes"};
+  static const char* names[] = {"iteration", "op (CommDebugMode)", "kind", "phase", "module", "group", "count",
+                                "bytes"};
   return section >= 0 && section < column_count ? QVariant(QString::fromLatin1(names[section])) : QVariant();
 }
 
@@ -95,8 +96,8 @@ void RangeStatsModel::setRange(std::optional<std::pair<double, double>> range) {
 
 void RangeStatsModel::recompute() {
   beginResetModel();
-  stats_ = store_ ? core::analyse_window(store_->program(), store_->result(), begin_, end_)
-                  : std::vector<core::RankStats>{};
+  stats_ =
+      store_ ? core::analyse_window(store_->program(), store_->result(), begin_, end_) : std::vector<core::RankStats>{};
   endResetModel();
 }
 

@@ -88,7 +88,7 @@ class TimelineStore {
   std::vector<Category> categories_;  // per program op
   std::vector<Lane> lanes_;
   std::vector<std::vector<std::int32_t>> stream_ops_;  // per stream: its op ids in program order
-  std::vector<std::int32_t> position_;  // per program op: its index in its stream's ops
+  std::vector<std::int32_t> position_;                 // per program op: its index in its stream's ops
   // (op, rank) -> CollectiveRun index, as a sorted vector of keys for binary search
   std::vector<std::pair<std::uint64_t, std::int32_t>> run_by_op_rank_;
   std::vector<std::vector<std::int32_t>> dependants_;  // per program op

@@ -54,8 +54,8 @@ MainWindow::~MainWindow() { loader_.cancel(); }
 void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(QStringLiteral("&File"));
   QAction* open = file->addAction(QStringLiteral("&Open..."), this, [this] {
-    const QStringList paths = QFileDialog::getOpenFileNames(this, QStringLiteral("Open"), QString(),
-                                                            QStringLiteral("stratsim documents (*.json);;All files (*)"));
+    const QStringList paths = QFileDialog::getOpenFileNames(
+        this, QStringLiteral("Open"), QString(), QStringLiteral("stratsim documents (*.json);;All files (*)"));
     openFiles(paths);
   });
   open->setShortcut(QKeySequence::Open);
@@ -123,8 +123,8 @@ void MainWindow::loadFinished(const LoadOutcome& outcome) {
     // No tab for a bad file; one message in the CLI's words; other tabs untouched.
     last_error_ = outcome.error;
     statusBar()->showMessage(outcome.error);
-    auto* box = new QMessageBox(QMessageBox::Warning, QStringLiteral("Cannot open file"), outcome.error,
-                                QMessageBox::Ok, this);
+    auto* box =
+        new QMessageBox(QMessageBox::Warning, QStringLiteral("Cannot open file"), outcome.error, QMessageBox::Ok, this);
     box->setAttribute(Qt::WA_DeleteOnClose);
     box->open();
     emit loadFailed(outcome.error);

@@ -40,7 +40,8 @@ void DetailsPanel::showOp(OpRef op) {
   const OpDetails details = opDetails(*store_, op);
   QString html = QStringLiteral("<h3>%1</h3><table cellspacing=2>").arg(details.title.toHtmlEscaped());
   for (const DetailField& field : details.fields)
-    html += QStringLiteral("<tr><td><i>%1</i></td><td>%2</td></tr>").arg(field.name.toHtmlEscaped(), field.value.toHtmlEscaped());
+    html += QStringLiteral("<tr><td><i>%1</i></td><td>%2</td></tr>")
+                .arg(field.name.toHtmlEscaped(), field.value.toHtmlEscaped());
   html += QStringLiteral("</table>");
   const auto links = [&](const char* title, const std::vector<OpRef>& ops) {
     if (ops.empty()) return;
@@ -175,7 +176,9 @@ void SummaryCharts::render(QPainter& p, QSize size) const {
   const int half = (size.width() - 30) / 2;
   // Each chart as tall as its bars need (at most kChartRows rows), the collectives table below.
   constexpr int kChartRows = 8;
-  const auto chart_height = [](std::size_t bars) { return 34 + 18 * static_cast<int>(std::min<std::size_t>(bars, kChartRows)); };
+  const auto chart_height = [](std::size_t bars) {
+    return 34 + 18 * static_cast<int>(std::min<std::size_t>(bars, kChartRows));
+  };
   std::vector<Bar> steps;
   for (const auto& it : summary_.iterations) {
     QString text = formatTime(it.step_time);
@@ -193,23 +196,26 @@ void SummaryCharts::render(QPainter& p, QSize size) const {
     links.push_back({link.name, link.utilisation, QString::number(100 * link.utilisation, 'f', 1) + " %"});
   int y = 50;
   const int first = chart_height(std::max(steps.size(), overlap.size()));
-  barChart(p, QRect(10, y, half, first), QStringLiteral("Step time per iteration"), steps, categoryColor(Category::compute));
+  barChart(p, QRect(10, y, half, first), QStringLiteral("Step time per iteration"), steps,
+           categoryColor(Category::compute));
   barChart(p, QRect(20 + half, y, half, first), QStringLiteral("Compute/communication overlap per rank"), overlap,
            categoryColor(Category::all_gather));
   y += first + 10;
   const int second = chart_height(std::max(exposed.size(), links.size()));
   barChart(p, QRect(10, y, half, second), QStringLiteral("Exposed communication per rank"), exposed,
            categoryColor(Category::all_reduce));
-  barChart(p, QRect(20 + half, y, half, second),
-           links.empty() ? QStringLiteral("Busiest links (none recorded)") : QStringLiteral("Busiest links (utilisation)"),
-           links, categoryColor(Category::reduce_scatter));
+  barChart(
+      p, QRect(20 + half, y, half, second),
+      links.empty() ? QStringLiteral("Busiest links (none recorded)") : QStringLiteral("Busiest links (utilisation)"),
+      links, categoryColor(Category::reduce_scatter));
   y += second + 10;
   // The collectives, one row per collective op (its first group instance).
   QFont bold = p.font();
   bold.setBold(true);
   p.save();
   p.setFont(bold);
-  p.drawText(10, y + 14, QStringLiteral("Collectives (%1 ops; first instance of each)").arg(summary_.collectives.size()));
+  p.drawText(10, y + 14,
+             QStringLiteral("Collectives (%1 ops; first instance of each)").arg(summary_.collectives.size()));
   p.restore();
   const int columns[] = {10, 330, 450, 560, 650, 760, 870};
   const char* headers[] = {"collective", "kind", "algorithm", "ranks", "bytes", "duration", "busbw"};
@@ -230,7 +236,8 @@ void SummaryCharts::render(QPainter& p, QSize size) const {
     p.drawText(columns[6], row_y, QString::number(c.busbw / 1e9, 'f', 1) + " GB/s");
   }
   if (rows < static_cast<int>(summary_.collectives.size()))
-    p.drawText(columns[0], y + 16 * (rows + 1) + 12, QStringLiteral("... %1 more").arg(summary_.collectives.size() - rows));
+    p.drawText(columns[0], y + 16 * (rows + 1) + 12,
+               QStringLiteral("... %1 more").arg(summary_.collectives.size() - rows));
 }
 
 }  // namespace stratsim::gui

@@ -81,7 +81,9 @@ void TimelineView::relayout() {
   update();
 }
 
-int TimelineView::timeAreaWidth() const { return std::max(1, width() - kLabelWidth - (scroll_->isVisible() ? scroll_->width() : 0)); }
+int TimelineView::timeAreaWidth() const {
+  return std::max(1, width() - kLabelWidth - (scroll_->isVisible() ? scroll_->width() : 0));
+}
 
 void TimelineView::updateScrollBar() {
   const int visible = lanesHeight(height());
@@ -90,7 +92,8 @@ void TimelineView::updateScrollBar() {
   scroll_->setRange(0, std::max(0, overflow));
   scroll_->setPageStep(std::max(1, visible));
   scroll_->setSingleStep(LaneLayout::kDefaultLaneHeight);
-  scroll_->setGeometry(width() - scroll_->sizeHint().width(), lanesTop(), scroll_->sizeHint().width(), std::max(0, visible));
+  scroll_->setGeometry(width() - scroll_->sizeHint().width(), lanesTop(), scroll_->sizeHint().width(),
+                       std::max(0, visible));
   scroll_y_ = std::clamp(scroll_y_, 0, std::max(0, overflow));
   viewport_.setWidth(timeAreaWidth());
 }
@@ -178,7 +181,8 @@ void TimelineView::render(QPainter& p, QSize size) const {
   p.fillRect(QRect(QPoint(0, 0), size), kBackground);
   if (!store_) {
     p.setPen(kText);
-    p.drawText(QRect(QPoint(0, 0), size), Qt::AlignCenter, QStringLiteral("No timeline open (File > Open, or drop a file)"));
+    p.drawText(QRect(QPoint(0, 0), size), Qt::AlignCenter,
+               QStringLiteral("No timeline open (File > Open, or drop a file)"));
     return;
   }
   Viewport viewport = viewport_;
@@ -193,8 +197,8 @@ void TimelineView::render(QPainter& p, QSize size) const {
 void TimelineView::drawAxis(QPainter& p, const Viewport& viewport, int width) const {
   p.fillRect(QRect(0, 0, width, kAxisHeight), kHeaderShade);
   p.setPen(kText);
-  const QString label = store_->result().mode == "unscheduled" ? QStringLiteral("program (slots, not times)")
-                                                                : QStringLiteral("time");
+  const QString label =
+      store_->result().mode == "unscheduled" ? QStringLiteral("program (slots, not times)") : QStringLiteral("time");
   p.drawText(QRect(6, 0, kLabelWidth - 6, kAxisHeight), Qt::AlignVCenter | Qt::AlignLeft, label);
   for (const Tick& tick : ticks(viewport)) {
     const int x = kLabelWidth + static_cast<int>(std::lround(viewport.xOf(tick.time)));
@@ -315,8 +319,8 @@ void TimelineView::drawOverlays(QPainter& p, const Viewport& viewport, QSize siz
   p.setPen(QPen(QColor(0xff, 0xd7, 0x00), 2));
   for (OpRef op : highlighted_) {
     const QRectF box = opRect(viewport, op);
-    if (box.isEmpty() || box.right() < kLabelWidth || box.left() > kLabelWidth + viewport.width() || box.bottom() < top ||
-        box.top() > bottom)
+    if (box.isEmpty() || box.right() < kLabelWidth || box.left() > kLabelWidth + viewport.width() ||
+        box.bottom() < top || box.top() > bottom)
       continue;
     p.drawRect(box.adjusted(-1, -1, 1, 1));
   }
@@ -373,7 +377,8 @@ void TimelineView::drawLegend(QPainter& p, QSize size) const {
 QPoint TimelineView::pointOf(OpRef op) const {
   const QRectF box = opRect(viewport_, op);
   if (box.isEmpty()) return {-1, -1};
-  const double left = std::max(box.left(), double(kLabelWidth)), right = std::min(box.right(), double(kLabelWidth + viewport_.width() - 1));
+  const double left = std::max(box.left(), double(kLabelWidth)),
+               right = std::min(box.right(), double(kLabelWidth + viewport_.width() - 1));
   return QPoint(static_cast<int>(0.5 * (left + right)), static_cast<int>(box.center().y()));
 }
 
@@ -524,12 +529,14 @@ bool TimelineView::event(QEvent* event) {
     }
     const core::ProgramOp& program_op = store_->op(op);
     const core::OpTiming& t = store_->timing(op);
-    QString tip = QStringLiteral("<b>%1</b><br>%2 on %3, %4<br>duration %5")
-                      .arg(QString::fromStdString(program_op.name).toHtmlEscaped(), category_name(store_->category(op.op)),
-                           QString::fromStdString(store_->program().streams[program_op.stream]),
-                           store_->rankLabel(op.recorded), formatTime(t.end - t.start));
+    QString tip =
+        QStringLiteral("<b>%1</b><br>%2 on %3, %4<br>duration %5")
+            .arg(QString::fromStdString(program_op.name).toHtmlEscaped(), category_name(store_->category(op.op)),
+                 QString::fromStdString(store_->program().streams[program_op.stream]), store_->rankLabel(op.recorded),
+                 formatTime(t.end - t.start));
     if (program_op.type == core::OpType::collective)
-      tip += QStringLiteral("<br>%1, waited %2").arg(formatBytes(static_cast<double>(program_op.bytes)), formatTime(t.start - t.issue));
+      tip += QStringLiteral("<br>%1, waited %2")
+                 .arg(formatBytes(static_cast<double>(program_op.bytes)), formatTime(t.start - t.issue));
     QToolTip::showText(help->globalPos(), tip, this);
     return true;
   }

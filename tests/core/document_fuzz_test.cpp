@@ -54,10 +54,26 @@ void collect_pointers(const json& value, const json::json_pointer& at, std::vect
 
 // Values that break the assumptions readers make: wrong types, signs, sizes, fractions.
 json hostile_value(std::mt19937& rng, const json& original) {
-  static const std::vector<json> values = {
-      json(), json(true), json(-1), json(0), json(1), json(7), json(1e308), json(-1e308), json(0.5), json(2147483648LL),
-      json(-2147483649LL), json("forward"), json("all_reduce"), json(""), json("x"), json::array(), json::object(),
-      json::array({-1}), json::array({0, 0}), json::array({1e300, -1e300})};
+  static const std::vector<json> values = {json(),
+                                           json(true),
+                                           json(-1),
+                                           json(0),
+                                           json(1),
+                                           json(7),
+                                           json(1e308),
+                                           json(-1e308),
+                                           json(0.5),
+                                           json(2147483648LL),
+                                           json(-2147483649LL),
+                                           json("forward"),
+                                           json("all_reduce"),
+                                           json(""),
+                                           json("x"),
+                                           json::array(),
+                                           json::object(),
+                                           json::array({-1}),
+                                           json::array({0, 0}),
+                                           json::array({1e300, -1e300})};
   std::uniform_int_distribution<std::size_t> pick(0, values.size() + 1);
   const std::size_t choice = pick(rng);
   if (choice == values.size() && original.is_number()) return original.get<double>() * -3.0;

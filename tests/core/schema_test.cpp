@@ -72,13 +72,16 @@ class Outputs : public ::testing::Test {
     const std::string d = dir_.string();
     // Full mode on 2 nodes x 2 GPUs (DDP x TP): every rank recorded, ranks null for mesh groups.
     ASSERT_EQ(test::run_cli("simulate --plan builtin:ddp-tp --iterations 2 --platform h100:nodes=2,gpus=2 --ranks full "
-                            "--timeline " + d + "/full.json --json -o " + d + "/full.report.json --quiet")
+                            "--timeline " +
+                            d + "/full.json --json -o " + d + "/full.report.json --quiet")
                   .code,
               0);
-    ASSERT_EQ(test::run_cli("simulate --plan builtin:fsdp --iterations 1 --timeline " + d + "/rep.json -o /dev/null --quiet")
-                  .code,
-              0);
-    ASSERT_EQ(test::run_cli("plan --plan builtin:fsdp-tp --model zoo:TestModel --emit-program " + d + "/program.json -o /dev/null")
+    ASSERT_EQ(
+        test::run_cli("simulate --plan builtin:fsdp --iterations 1 --timeline " + d + "/rep.json -o /dev/null --quiet")
+            .code,
+        0);
+    ASSERT_EQ(test::run_cli("plan --plan builtin:fsdp-tp --model zoo:TestModel --emit-program " + d +
+                            "/program.json -o /dev/null")
                   .code,
               0);
   }

@@ -257,8 +257,7 @@ TEST(TimelineErrors, NameTheFieldAndWhatWasExpected) {
   EXPECT_EQ(error_of(doc), "t.json: run.timings[0]: expected one timing per program op (4), got 0");
   doc = good;
   doc["run"]["recorded"].erase(1);
-  EXPECT_EQ(error_of(doc),
-            "t.json: run: recorded and timings must have one entry per recorded rank (got 1 and 2)");
+  EXPECT_EQ(error_of(doc), "t.json: run: recorded and timings must have one entry per recorded rank (got 1 and 2)");
   doc = good;
   doc["run"]["wall_seconds"] = 3;
   EXPECT_EQ(error_of(doc).rfind("t.json: run.wall_seconds: unknown field", 0), 0u) << error_of(doc);

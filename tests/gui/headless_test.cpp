@@ -34,7 +34,9 @@ Result view(const QStringList& arguments) {
 
 // The screenshot in the README: FSDP on one node of 4 H100s, 2 steps, representative mode.
 QString screenshot_command(const QString& timeline) {
-  return QStringLiteral("%1 simulate --plan builtin:fsdp --iterations 2 --platform h100:nodes=1,gpus=4 --timeline %2 --quiet -o /dev/null")
+  return QStringLiteral(
+             "%1 simulate --plan builtin:fsdp --iterations 2 --platform h100:nodes=1,gpus=4 --timeline %2 --quiet -o "
+             "/dev/null")
       .arg(STRATSIM_BINARY, timeline);
 }
 
@@ -95,7 +97,8 @@ class HeadlessTest : public QObject {
     QCOMPARE(whole.code, 0);
     const core::Document doc = core::read_document(timeline_.toStdString());
     const core::Analysis analysis = core::analyse(doc.timeline.program, doc.timeline.result, {});
-    QVERIFY2(whole.out.contains(QStringLiteral("makespan %1").arg(formatTime(analysis.makespan))), qPrintable(whole.out));
+    QVERIFY2(whole.out.contains(QStringLiteral("makespan %1").arg(formatTime(analysis.makespan))),
+             qPrintable(whole.out));
     QVERIFY(whole.out.contains(formatTime(analysis.ranks[0].compute)));
     QVERIFY(whole.out.contains(formatTime(analysis.ranks[0].exposed_communication)));
     QVERIFY(whole.out.contains("c10d._allgather_base_") || whole.out.contains("all_gather"));
@@ -116,7 +119,9 @@ class HeadlessTest : public QObject {
     const QString png = dir_.filePath("never.png");
     const Result r = view({"--render", png, bad});
     QCOMPARE(r.code, 2);
-    QCOMPARE(r.err, QStringLiteral("stratsim-view: error: %1: version: unsupported timeline version 7 (expected 1 or 2)\n").arg(bad));
+    QCOMPARE(r.err,
+             QStringLiteral("stratsim-view: error: %1: version: unsupported timeline version 7 (expected 1 or 2)\n")
+                 .arg(bad));
     QVERIFY(!QFile::exists(png));
     const Result range = view({"--report", "--range", "5ms:1ms", timeline_});
     QCOMPARE(range.code, 2);
@@ -144,7 +149,8 @@ class HeadlessTest : public QObject {
         ++compared;
         differing += image.pixel(x, y) != expected.pixel(x, y);
       }
-    QVERIFY2(differing * 50 <= compared, qPrintable(QStringLiteral("%1 of %2 pixels differ").arg(differing).arg(compared)));
+    QVERIFY2(differing * 50 <= compared,
+             qPrintable(QStringLiteral("%1 of %2 pixels differ").arg(differing).arg(compared)));
   }
 };
 

@@ -57,7 +57,9 @@ core::Timeline timeline() {
   r.world_size = 2;
   r.recorded = {{0}, {1}};
   for (double late : {0.0, 0.5})
-    r.timings.push_back({{late, late, 1 + late}, {1 + late, 1 + late, 3 + late}, {1 + late, 1.5 + late, 4 + late},
+    r.timings.push_back({{late, late, 1 + late},
+                         {1 + late, 1 + late, 3 + late},
+                         {1 + late, 1.5 + late, 4 + late},
                          {4 + late, 4 + late, 5 + late}});
   r.collectives = {{2, 0, "ring", 8192, 2, 2.0, 4.5, {0, 1}}};
   r.iteration_end = {5.5};
@@ -285,7 +287,8 @@ class ModelTest : public QObject {
     model.setStore(store);
     QCOMPARE(model.rowCount(), 2);
     QCOMPARE(model.columnCount(), RangeStatsModel::first_stream + 2);
-    QCOMPARE(model.headerData(RangeStatsModel::first_stream + 1, Qt::Horizontal).toString(), QStringLiteral("busy: ddp"));
+    QCOMPARE(model.headerData(RangeStatsModel::first_stream + 1, Qt::Horizontal).toString(),
+             QStringLiteral("busy: ddp"));
     model.setRange(std::make_pair(2.0, 4.5));
     const std::vector<core::RankStats> expected = core::analyse_window(store->program(), store->result(), 2.0, 4.5);
     for (int row = 0; row < 2; ++row) {

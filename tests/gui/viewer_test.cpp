@@ -5,9 +5,9 @@
 // on the pixels drawn where known ops are.
 #include <QAbstractItemView>
 #include <QMenu>
-#include <QSortFilterProxyModel>
 #include <QMimeData>
 #include <QSettings>
+#include <QSortFilterProxyModel>
 #include <QSplitter>
 #include <QTabWidget>
 #include <QTableView>
@@ -80,7 +80,8 @@ class ViewerTest : public QObject {
     run(QStringLiteral("%1 simulate --plan builtin:ddp-tp --iterations 2 --platform h100:nodes=2,gpus=2 --ranks full "
                        "--timeline %2 --json -o %3 --quiet")
             .arg(STRATSIM_BINARY, timeline_, report_));
-    run(QStringLiteral("%1 plan --plan builtin:ddp-tp --iterations 1 --emit-program %2 -o /dev/null").arg(STRATSIM_BINARY, program_));
+    run(QStringLiteral("%1 plan --plan builtin:ddp-tp --iterations 1 --emit-program %2 -o /dev/null")
+            .arg(STRATSIM_BINARY, program_));
     QFile bad(bad_);
     QVERIFY(bad.open(QIODevice::WriteOnly));
     bad.write(R"({"format": "stratsim.timeline", "version": 2, "program": {"format": "stratsim.program"}})");
@@ -150,7 +151,8 @@ class ViewerTest : public QObject {
     const double before = view->visibleEnd() - view->visibleStart();
     const QPoint at(TimelineView::kLabelWidth + 300, 80);
     const auto time_at = [&](int x) {
-      return view->visibleStart() + (x - TimelineView::kLabelWidth) * (view->visibleEnd() - view->visibleStart()) / view->timeAreaWidth();
+      return view->visibleStart() +
+             (x - TimelineView::kLabelWidth) * (view->visibleEnd() - view->visibleStart()) / view->timeAreaWidth();
     };
     const double anchored = time_at(at.x());
     wheel(view, at, 120);
@@ -252,8 +254,9 @@ class ViewerTest : public QObject {
     QCOMPARE(end, range->second);
     const std::vector<core::RankStats> expected =
         core::analyse_window(view->store()->program(), view->store()->result(), begin, end);
-    QCOMPARE(doc->rangeModel()->data(doc->rangeModel()->index(2, RangeStatsModel::communication), kRawValueRole).toDouble(),
-             expected[2].communication);
+    QCOMPARE(
+        doc->rangeModel()->data(doc->rangeModel()->index(2, RangeStatsModel::communication), kRawValueRole).toDouble(),
+        expected[2].communication);
     // Z zooms to it; Escape clears it and the statistics return to the whole run.
     QTest::keyClick(view, Qt::Key_Z);
     QVERIFY(std::abs(view->visibleStart() - begin) < 1e-12 && std::abs(view->visibleEnd() - end) < 1e-12);
