@@ -7,7 +7,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libsimgrid-dev
   libgloo-dev libhiredis-dev libeigen3-dev redis-server
-  qt6-base-dev qt6-base-dev-tools libqt6svg6-dev fonts-dejavu-core libvalijson-dev
+  qt6-base-dev qt6-base-dev-tools qt6-svg-dev fonts-dejavu-core libvalijson-dev
 )
 missing=()
 for p in "${packages[@]}"; do

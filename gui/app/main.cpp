@@ -1,7 +1,7 @@
 // stratsim-view: the desktop viewer, and its headless uses.
 //
 //   stratsim-view [FILE...]                       open files in tabs
-//   stratsim-view --render OUT.png [--range START:END] [--size WxH] [--view timeline|summary] FILE
+//   stratsim-view --render OUT.png|OUT.svg [--range START:END] [--size WxH] [--view timeline|summary] FILE
 //   stratsim-view --report FILE [--range START:END]
 //
 // --render and --report need no display (Qt's offscreen platform is chosen for them). Bad input:
@@ -13,6 +13,7 @@
 #include <QImage>
 #include <QPainter>
 #include <QSaveFile>
+#include <QSvgGenerator>
 #include <QTextStream>
 
 #include <cstdio>
@@ -58,30 +59,50 @@ LoadOutcome load_or_fail(const QString& file) {
   return outcome;
 }
 
+// Draws the view to OUT: PNG, or SVG when OUT ends in .svg (vector text and axes; the lanes are an
+// embedded image, as the viewer draws them).
 int render(const QString& out, const QString& file, std::optional<std::pair<double, double>> range, QSize size,
            const QString& view) {
   const LoadOutcome outcome = load_or_fail(file);
   const LoadedDocument& document = *outcome.document;
-  QImage image(size, QImage::Format_RGB32);
-  QPainter painter(&image);
-  if (view == QLatin1String("summary")) {
-    if (!document.summary) fail(QStringLiteral("%1: a program has no run to summarise; use --view timeline").arg(file));
-    SummaryCharts charts;
+  const bool summary = view == QLatin1String("summary");
+  if (summary && !document.summary)
+    fail(QStringLiteral("%1: a program has no run to summarise; use --view timeline").arg(file));
+  if (!summary && !document.store)
+    fail(QStringLiteral("%1: a run report has no timeline; use --view summary").arg(file));
+  SummaryCharts charts;
+  TimelineView timeline;
+  if (summary) {
     charts.setSummary(*document.summary);
-    charts.render(painter, size);
   } else {
-    if (!document.store) fail(QStringLiteral("%1: a run report has no timeline; use --view summary").arg(file));
-    TimelineView timeline;
     timeline.resize(size);
     timeline.setStore(document.store);
     if (range) timeline.setVisibleRange(range->first, range->second);
-    timeline.render(painter, size);
   }
-  painter.end();
+  const auto draw = [&](QPainter& painter) {
+    if (summary) charts.render(painter, size);
+    else timeline.render(painter, size);
+  };
   // All or nothing: QSaveFile writes beside the target and renames on commit.
   QSaveFile save(out);
-  if (!save.open(QIODevice::WriteOnly) || !image.save(&save, "PNG") || !save.commit())
-    fail(QStringLiteral("%1: cannot write the PNG (%2)").arg(out, save.errorString()));
+  if (!save.open(QIODevice::WriteOnly)) fail(QStringLiteral("%1: cannot write the file (%2)").arg(out, save.errorString()));
+  bool drawn = true;
+  if (out.endsWith(QLatin1String(".svg"), Qt::CaseInsensitive)) {
+    QSvgGenerator svg;
+    svg.setOutputDevice(&save);
+    svg.setSize(size);
+    svg.setViewBox(QRect(QPoint(0, 0), size));
+    svg.setTitle(QStringLiteral("stratsim-view %1").arg(QFileInfo(file).fileName()));
+    QPainter painter(&svg);
+    draw(painter);
+  } else {
+    QImage image(size, QImage::Format_RGB32);
+    QPainter painter(&image);
+    draw(painter);
+    painter.end();
+    drawn = image.save(&save, "PNG");
+  }
+  if (!drawn || !save.commit()) fail(QStringLiteral("%1: cannot write the file (%2)").arg(out, save.errorString()));
   return 0;
 }
 
@@ -109,7 +130,7 @@ int main(int argc, char** argv) {
   parser.addHelpOption();
   parser.addVersionOption();
   const QCommandLineOption render_option(
-      QStringLiteral("render"), QStringLiteral("Draw FILE's view to OUT.png and exit"), QStringLiteral("OUT.png"));
+      QStringLiteral("render"), QStringLiteral("Draw FILE's view to OUT.png (or OUT.svg) and exit"), QStringLiteral("OUT.png"));
   const QCommandLineOption report_option(
       QStringLiteral("report"), QStringLiteral("Print FILE's range statistics and collective counts and exit"));
   const QCommandLineOption range_option(QStringLiteral("range"),

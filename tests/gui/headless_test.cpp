@@ -92,6 +92,17 @@ class HeadlessTest : public QObject {
     QCOMPARE(QImage(zoomed).size(), QSize(800, 400));
   }
 
+  void rendersSvg() {
+    const QString svg = dir_.filePath("timeline.svg");
+    QCOMPARE(view({"--render", svg, "--size", "900x400", timeline_}).code, 0);
+    QFile file(svg);
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    const QByteArray text = file.readAll();
+    QVERIFY(text.contains("<svg"));
+    QVERIFY(text.contains("viewBox=\"0 0 900 400\""));
+    QVERIFY(text.contains("iteration end"));  // the legend is vector text
+  }
+
   void reportPrintsCoresFigures() {
     const Result whole = view({"--report", timeline_});
     QCOMPARE(whole.code, 0);
