@@ -6,6 +6,7 @@
 #include <QAbstractItemView>
 #include <QMenu>
 #include <QMimeData>
+#include <QToolTip>
 #include <QSettings>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
@@ -333,6 +334,44 @@ class ViewerTest : public QObject {
     const auto cancelled = finished.takeFirst().at(0).value<LoadOutcome>();
     QVERIFY(cancelled.cancelled);
     QVERIFY(!cancelled.document);
+  }
+
+  void dragPansCtrlDragSelectsAndHoverExplains() {
+    std::unique_ptr<MainWindow> window(openWindow({timeline_}));
+    TimelineView* view = window->currentDocument()->timeline();
+    QTest::keyClick(view, Qt::Key_W);
+    QTest::keyClick(view, Qt::Key_W);
+    const double start = view->visibleStart(), width = view->visibleEnd() - view->visibleStart();
+    // Drag left by 200 px: later times come into view, by 200 px worth of time.
+    const int y = TimelineView::kAxisHeight + 60;
+    QTest::mousePress(view, Qt::LeftButton, Qt::ShiftModifier, QPoint(700, y));
+    QTest::mouseMove(view, QPoint(600, y));
+    QTest::mouseMove(view, QPoint(500, y));
+    QTest::mouseRelease(view, Qt::LeftButton, Qt::ShiftModifier, QPoint(500, y));
+    QVERIFY(std::abs(view->visibleStart() - (start + 200.0 * width / view->timeAreaWidth())) < 1e-9 * width + 1e-15);
+    QVERIFY(!view->selectedRange());
+    // Ctrl+drag in the lanes selects a range instead.
+    QSignalSpy ranged(view, &TimelineView::rangeSelected);
+    QTest::mousePress(view, Qt::LeftButton, Qt::ControlModifier, QPoint(400, y));
+    QTest::mouseMove(view, QPoint(450, y));
+    QTest::mouseMove(view, QPoint(650, y));
+    QTest::mouseRelease(view, Qt::LeftButton, Qt::ControlModifier, QPoint(650, y));
+    QCOMPARE(ranged.count(), 1);
+    QVERIFY(std::abs(ranged.first().at(1).toDouble() - ranged.first().at(0).toDouble() -
+                     250.0 * (view->visibleEnd() - view->visibleStart()) / view->timeAreaWidth()) < 1e-12);
+    // Home goes to the start of the run, End to its end, keeping the zoom.
+    QTest::keyClick(view, Qt::Key_Home);
+    QVERIFY(std::abs(view->visibleStart()) <= 0.03 * view->store()->makespan());
+    QTest::keyClick(view, Qt::Key_End);
+    QVERIFY(std::abs(view->visibleEnd() - view->store()->makespan()) <= 0.03 * view->store()->makespan());
+    // Hovering an op explains it.
+    const OpRef op = view->store()->find("optimizer").front();
+    view->selectOp(op);
+    const QPoint at = view->pointOf(op);
+    QHelpEvent help(QEvent::ToolTip, at, view->mapToGlobal(at));
+    QApplication::sendEvent(view, &help);
+    QTRY_VERIFY(QToolTip::isVisible());
+    QVERIFY2(QToolTip::text().contains(QString::fromStdString(view->store()->op(op).name)), qPrintable(QToolTip::text()));
   }
 
   void rankHeadersCollapse() {
