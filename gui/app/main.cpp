@@ -85,7 +85,8 @@ int render(const QString& out, const QString& file, std::optional<std::pair<doub
   };
   // All or nothing: QSaveFile writes beside the target and renames on commit.
   QSaveFile save(out);
-  if (!save.open(QIODevice::WriteOnly)) fail(QStringLiteral("%1: cannot write the file (%2)").arg(out, save.errorString()));
+  if (!save.open(QIODevice::WriteOnly))
+    fail(QStringLiteral("%1: cannot write the file (%2)").arg(out, save.errorString()));
   bool drawn = true;
   if (out.endsWith(QLatin1String(".svg"), Qt::CaseInsensitive)) {
     QSvgGenerator svg;
@@ -129,8 +130,9 @@ int main(int argc, char** argv) {
   parser.setApplicationDescription(QStringLiteral("The stratsim timeline viewer"));
   parser.addHelpOption();
   parser.addVersionOption();
-  const QCommandLineOption render_option(
-      QStringLiteral("render"), QStringLiteral("Draw FILE's view to OUT.png (or OUT.svg) and exit"), QStringLiteral("OUT.png"));
+  const QCommandLineOption render_option(QStringLiteral("render"),
+                                         QStringLiteral("Draw FILE's view to OUT.png (or OUT.svg) and exit"),
+                                         QStringLiteral("OUT.png"));
   const QCommandLineOption report_option(
       QStringLiteral("report"), QStringLiteral("Print FILE's range statistics and collective counts and exit"));
   const QCommandLineOption range_option(QStringLiteral("range"),

@@ -6,13 +6,13 @@
 #include <QAbstractItemView>
 #include <QMenu>
 #include <QMimeData>
-#include <QToolTip>
 #include <QSettings>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
 #include <QTabWidget>
 #include <QTableView>
 #include <QTemporaryDir>
+#include <QToolTip>
 #include <QtTest/QtTest>
 
 #include <cstdlib>
@@ -371,7 +371,8 @@ class ViewerTest : public QObject {
     QHelpEvent help(QEvent::ToolTip, at, view->mapToGlobal(at));
     QApplication::sendEvent(view, &help);
     QTRY_VERIFY(QToolTip::isVisible());
-    QVERIFY2(QToolTip::text().contains(QString::fromStdString(view->store()->op(op).name)), qPrintable(QToolTip::text()));
+    QVERIFY2(QToolTip::text().contains(QString::fromStdString(view->store()->op(op).name)),
+             qPrintable(QToolTip::text()));
   }
 
   void rankHeadersCollapse() {
