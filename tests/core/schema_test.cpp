@@ -80,10 +80,13 @@ class Outputs : public ::testing::Test {
         test::run_cli("simulate --plan builtin:fsdp --iterations 1 --timeline " + d + "/rep.json -o /dev/null --quiet")
             .code,
         0);
-    ASSERT_EQ(test::run_cli("plan --plan builtin:fsdp-tp --model zoo:TestModel --emit-program " + d +
-                            "/program.json -o /dev/null")
-                  .code,
-              0);
+    const auto ok = [](const std::string& args) { return test::run_cli(args).code == 0; };
+    ASSERT_TRUE(ok("plan --plan builtin:fsdp-tp --model zoo:TestModel --emit-program " + d + "/program.json --json -o " +
+                   d + "/plan.json"));
+    ASSERT_TRUE(ok("plan --plan builtin:ddp --json -o " + d + "/plan-ddp.json"));
+    ASSERT_TRUE(ok("simulate --plan builtin:ddp-tp --iterations 2 --platform a100:nodes=2,gpus=2 --ranks full --json -o " +
+                   d + "/other.report.json --quiet"));
+    ASSERT_TRUE(ok("compare " + d + "/full.report.json " + d + "/other.report.json --json -o " + d + "/comparison.json"));
   }
   static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
   static json output(const char* name) { return read_json(dir_ / name); }
@@ -103,6 +106,13 @@ TEST_F(Outputs, ProgramsMatchTheirSchema) {
 
 TEST_F(Outputs, ReportsMatchTheirSchema) {
   EXPECT_EQ(Schema("simulation.schema.json").errors(output("full.report.json")), "");
+}
+
+TEST_F(Outputs, PlanReportsAndComparisonsMatchTheirSchemas) {
+  const Schema plan("plan-report.schema.json");
+  EXPECT_EQ(plan.errors(output("plan.json")), "");
+  EXPECT_EQ(plan.errors(output("plan-ddp.json")), "");
+  EXPECT_EQ(Schema("comparison.schema.json").errors(output("comparison.json")), "");
 }
 
 // Each schema refuses what the readers refuse: so the tests above cannot pass vacuously.
@@ -136,6 +146,12 @@ TEST_F(Outputs, SchemasRejectBrokenDocuments) {
   r = output("full.report.json");
   r["iterations"][0].erase("step_time_s");
   EXPECT_NE(report.errors(r), "");
+  json plan = output("plan.json");
+  plan["iterations"][0]["collectives"][0]["phase"] = "sideways";
+  EXPECT_NE(Schema("plan-report.schema.json").errors(plan), "");
+  json comparison = output("comparison.json");
+  comparison["steps"][0]["predicted_s"] = "fast";
+  EXPECT_NE(Schema("comparison.schema.json").errors(comparison), "");
 }
 
 }  // namespace
