@@ -130,7 +130,9 @@ void MainWindow::loadFinished(const LoadOutcome& outcome) {
     emit loadFailed(outcome.error);
   } else {
     auto* view = new DocumentView(outcome.document, tabs_);
-    if (!splitter_state_.isEmpty()) view->splitter()->restoreState(splitter_state_);
+    // The timeline gets most of the height until the user says otherwise (kept in the settings).
+    if (splitter_state_.isEmpty() || !view->splitter()->restoreState(splitter_state_))
+      view->splitter()->setSizes({3 * height() / 4, height() / 4});
     if (panel_index_ < view->panels()->count()) view->panels()->setCurrentIndex(panel_index_);
     const int index = tabs_->addTab(view, QFileInfo(path).fileName());
     tabs_->setTabToolTip(index, path);
