@@ -17,8 +17,9 @@ core::Timeline unscheduledTimeline(core::Program program) {
   std::vector<double> iteration_end(static_cast<std::size_t>(std::max(1, program.iterations)), 0.0);
   for (const core::ProgramOp& op : program.ops) {
     double slot = stream_free[op.stream];
-    for (int dep : op.deps) slot = std::max(slot, timings[dep].end);
-    timings[op.id] = {slot, slot, slot + kSlotSeconds};
+    for (int dep : op.deps) slot = std::max(slot, timings[dep].start + kSlotSeconds);
+    // Drawn 80% of a slot wide, so the gap between neighbours shows the arrows between them.
+    timings[op.id] = {slot, slot, slot + 0.8 * kSlotSeconds};
     stream_free[op.stream] = slot + kSlotSeconds;
     if (op.iteration >= 1 && static_cast<std::size_t>(op.iteration) <= iteration_end.size())
       iteration_end[op.iteration - 1] = std::max(iteration_end[op.iteration - 1], slot + kSlotSeconds);

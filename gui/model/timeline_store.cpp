@@ -82,6 +82,7 @@ QString TimelineStore::rankLabel(int recorded) const {
   const std::vector<int> ranks =
       static_cast<std::size_t>(recorded) < r.recorded.size() ? r.recorded[recorded] : std::vector<int>{recorded};
   const QString list = QString::fromStdString(core::describe_ranks(ranks, 2));
+  if (r.mode == "unscheduled") return QStringLiteral("every rank (one SPMD program)");
   if (r.mode == "representative") return QStringLiteral("ranks %1 (representative)").arg(list);
   return ranks.size() == 1 ? QStringLiteral("rank %1").arg(list) : QStringLiteral("ranks %1").arg(list);
 }

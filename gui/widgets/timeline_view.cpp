@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "model/level_of_detail.hpp"
+#include "model/program_layout.hpp"
 #include "model/table_models.hpp"
 
 namespace stratsim::gui {
@@ -200,11 +201,13 @@ void TimelineView::drawAxis(QPainter& p, const Viewport& viewport, int width) co
   const QString label =
       store_->result().mode == "unscheduled" ? QStringLiteral("program (slots, not times)") : QStringLiteral("time");
   p.drawText(QRect(6, 0, kLabelWidth - 6, kAxisHeight), Qt::AlignVCenter | Qt::AlignLeft, label);
+  const bool in_slots = store_->result().mode == "unscheduled";
   for (const Tick& tick : ticks(viewport)) {
     const int x = kLabelWidth + static_cast<int>(std::lround(viewport.xOf(tick.time)));
     p.setPen(kText);
     p.drawLine(x, kAxisHeight - 6, x, kAxisHeight);
-    p.drawText(x + 3, kAxisHeight - 8, tick.label);
+    p.drawText(x + 3, kAxisHeight - 8,
+               in_slots ? QStringLiteral("slot %1").arg(tick.time / kSlotSeconds, 0, 'g', 6) : tick.label);
   }
 }
 
@@ -324,6 +327,7 @@ void TimelineView::drawOverlays(QPainter& p, const Viewport& viewport, QSize siz
       continue;
     p.drawRect(box.adjusted(-1, -1, 1, 1));
   }
+  if (store_->result().mode == "unscheduled") drawProgramArrows(p, viewport, top, bottom);
   if (selected_.valid()) {
     const QRectF box = opRect(viewport, selected_);
     // The collective's instances on the other ranks, linked by flow lines from start to start: the
@@ -338,15 +342,7 @@ void TimelineView::drawOverlays(QPainter& p, const Viewport& viewport, QSize siz
     }
     // Dependencies: arrows from each dependency's end to the op's start.
     p.setPen(QPen(QColor(0x80, 0x20, 0x80), 1.4));
-    for (int dep : store_->op(selected_).deps) {
-      const QRectF from = opRect(viewport, {selected_.recorded, dep});
-      if (from.isEmpty() || box.isEmpty()) continue;
-      const QPointF a(from.right(), from.center().y()), b(box.left(), box.center().y());
-      p.drawLine(a, b);
-      const double angle = std::atan2(b.y() - a.y(), b.x() - a.x());
-      for (double side : {-0.45, 0.45})
-        p.drawLine(b, b - QPointF(7 * std::cos(angle + side), 7 * std::sin(angle + side)));
-    }
+    for (int dep : store_->op(selected_).deps) drawArrow(p, opRect(viewport, {selected_.recorded, dep}), box);
     if (!box.isEmpty()) {
       p.setPen(QPen(Qt::black, 2));
       p.setBrush(Qt::NoBrush);
@@ -354,6 +350,33 @@ void TimelineView::drawOverlays(QPainter& p, const Viewport& viewport, QSize siz
     }
   }
   p.restore();
+}
+
+void TimelineView::drawArrow(QPainter& p, QRectF from, QRectF to) {
+  if (from.isEmpty() || to.isEmpty()) return;
+  const QPointF a(from.right(), from.center().y()), b(to.left(), to.center().y());
+  p.drawLine(a, b);
+  const double angle = std::atan2(b.y() - a.y(), b.x() - a.x());
+  for (double side : {-0.45, 0.45}) p.drawLine(b, b - QPointF(7 * std::cos(angle + side), 7 * std::sin(angle + side)));
+}
+
+// A program has no times: its ops sit in slots (program_layout.hpp), and what it says is the DAG,
+// so every dependency between ops in view is drawn. Bounded by the ops in view, which at a
+// readable zoom are few.
+void TimelineView::drawProgramArrows(QPainter& p, const Viewport& viewport, int top, int bottom) const {
+  constexpr int kMostArrows = 4000;
+  p.setPen(QPen(QColor(0x60, 0x60, 0x60, 160), 1));
+  int drawn = 0;
+  for (const core::ProgramOp& op : store_->program().ops) {
+    const core::OpTiming& t = store_->timing({0, op.id});
+    if (t.end < viewport.start() || t.start > viewport.end()) continue;
+    const QRectF to = opRect(viewport, {0, op.id});
+    if (to.isEmpty() || to.bottom() < top || to.top() > bottom) continue;
+    for (int dep : op.deps) {
+      drawArrow(p, opRect(viewport, {0, dep}), to);
+      if (++drawn >= kMostArrows) return;
+    }
+  }
 }
 
 void TimelineView::drawLegend(QPainter& p, QSize size) const {

@@ -94,6 +94,8 @@ class TimelineView : public QWidget {
   void drawLanes(QPainter& p, const Viewport& viewport, QSize size) const;
   void drawOverlays(QPainter& p, const Viewport& viewport, QSize size) const;
   void drawLegend(QPainter& p, QSize size) const;
+  void drawProgramArrows(QPainter& p, const Viewport& viewport, int top, int bottom) const;
+  static void drawArrow(QPainter& p, QRectF from, QRectF to);
   QRectF opRect(const Viewport& viewport, OpRef op) const;  // in widget coordinates; empty when hidden
 
   std::shared_ptr<const TimelineStore> store_;
