@@ -73,8 +73,20 @@ void TimelineView::setStore(std::shared_ptr<const TimelineStore> store) {
   range_.reset();
   scroll_y_ = 0;
   layout_.reset(store_ ? store_->recordedRanks() : 0, store_ ? store_->streams() : 0);
+  fitLaneHeight();
   relayout();
   fitAll();
+}
+
+// A run with few lanes gets taller ones (up to kTallestLane), so its names are readable and the
+// view is not mostly empty; many lanes keep the default and scroll.
+void TimelineView::fitLaneHeight() {
+  if (!store_) return;
+  constexpr int kTallestLane = 36;
+  const int ranks = store_->recordedRanks(), lanes = ranks * store_->streams();
+  if (lanes == 0) return;
+  const int room = lanesHeight(height()) - ranks * LaneLayout::kHeaderHeight;
+  layout_.setLaneHeight(std::clamp(room / lanes, int(LaneLayout::kDefaultLaneHeight), kTallestLane));
 }
 
 void TimelineView::relayout() {
@@ -174,6 +186,7 @@ void TimelineView::paintEvent(QPaintEvent*) {
 }
 
 void TimelineView::resizeEvent(QResizeEvent*) {
+  fitLaneHeight();
   updateScrollBar();
   viewport_.setWidth(timeAreaWidth());
 }
@@ -268,8 +281,7 @@ void TimelineView::drawLanes(QPainter& p, const Viewport& viewport, QSize size) 
       p.setPen(Qt::white);
       const QRect text_box = box.adjusted(3, 0, -2, 0);
       p.drawText(text_box, Qt::AlignVCenter | Qt::AlignLeft,
-                 p.fontMetrics().elidedText(QString::fromStdString(store_->program().ops[run.column.op].name),
-                                            Qt::ElideRight, text_box.width()));
+                 p.fontMetrics().elidedText(boxLabel(run.column.op), Qt::ElideRight, text_box.width()));
     }
   }
   for (const auto& [label, row] : labelled) {
@@ -350,6 +362,15 @@ void TimelineView::drawOverlays(QPainter& p, const Viewport& viewport, QSize siz
     }
   }
   p.restore();
+}
+
+// An op's name in its box, less a leading collective kind the colour already says
+// ("all_gather fsdp unit fc1 (pre-forward)" -> "fsdp unit fc1 (pre-forward)").
+QString TimelineView::boxLabel(int op) const {
+  const QString name = QString::fromStdString(store_->program().ops[op].name);
+  const Category category = store_->category(op);
+  const QString kind = category_name(category) + ' ';
+  return category != Category::compute && name.startsWith(kind) ? name.mid(kind.size()) : name;
 }
 
 void TimelineView::drawArrow(QPainter& p, QRectF from, QRectF to) {

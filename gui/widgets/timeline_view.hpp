@@ -87,6 +87,7 @@ class TimelineView : public QWidget {
   int lanesTop() const { return kAxisHeight; }
   int lanesHeight(int height) const { return height - kAxisHeight - kLegendHeight; }
   void updateScrollBar();
+  void fitLaneHeight();
   void zoomToSelection();
   void step(bool forward);
 
@@ -96,6 +97,7 @@ class TimelineView : public QWidget {
   void drawLegend(QPainter& p, QSize size) const;
   void drawProgramArrows(QPainter& p, const Viewport& viewport, int top, int bottom) const;
   static void drawArrow(QPainter& p, QRectF from, QRectF to);
+  QString boxLabel(int op) const;
   QRectF opRect(const Viewport& viewport, OpRef op) const;  // in widget coordinates; empty when hidden
 
   std::shared_ptr<const TimelineStore> store_;
