@@ -110,6 +110,11 @@ nlohmann::json program_to_json(const Program& program) {
       o["flops"] = op.flops;
       o["bytes"] = op.bytes_accessed;
       o["dtype"] = dtype_name(op.dtype);
+      if (!op.gemms.empty()) {
+        json gemms = json::array();
+        for (const GemmShape& g : op.gemms) gemms.push_back({g.m, g.n, g.k});
+        o["gemms"] = gemms;
+      }
       if (!op.params.empty()) o["params"] = op.params;
     } else {
       o["type"] = "collective";
@@ -157,6 +162,24 @@ DeviceMesh read_mesh(const JsonReader& mesh, int world_size) {
   if (names.size() != shape.size())
     mesh.at("dim_names").fail(fmt::format("expected one name per mesh dimension ({})", shape.size()));
   return DeviceMesh(std::move(shape), std::move(names));
+}
+
+// [[m, n, k], ...], each a positive size; bounded so m*n*k stays far inside a double's exact range.
+std::vector<GemmShape> read_gemms(const JsonReader& node) {
+  node.expect_array();
+  std::vector<GemmShape> gemms;
+  for (std::size_t i = 0; i < node.size(); ++i) {
+    const JsonReader shape = node.at(i);
+    shape.expect_array();
+    if (shape.size() != 3) shape.fail("expected [m, n, k]");
+    std::int64_t dims[3];
+    for (std::size_t d = 0; d < 3; ++d) {
+      dims[d] = shape.at(d).as_int();
+      if (dims[d] < 1 || dims[d] > (std::int64_t{1} << 40)) shape.at(d).fail("expected a size from 1 to 2^40");
+    }
+    gemms.push_back({dims[0], dims[1], dims[2]});
+  }
+  return gemms;
 }
 
 }  // namespace
@@ -218,6 +241,7 @@ Program program_from_json(const JsonReader& doc) {
       if (!dtype) o.at("dtype").fail("unknown dtype");
       op.dtype = *dtype;
       op.params = o.get_string_list("params");
+      if (o.has("gemms")) op.gemms = read_gemms(o.at("gemms"));
     } else if (type == "collective") {
       op.type = OpType::collective;
       op.kind = parse_enum(o.at("kind"), kCollectiveKindNames);

@@ -100,13 +100,13 @@ sim::RankMode parse_mode(const std::string& text) {
 int run_simulate(const SimulateArgs& args) {
   const core::Model model = core::load_model(args.model);
   const core::Plan plan = core::load_plan(args.plan);
-  const sim::PlatformSpec platform = sim::parse_platform(args.platform);
+  sim::PlatformSpec platform = sim::parse_platform(args.platform);
   sim::SimOptions options;
   options.algorithms = parse_algorithms(args.algorithms);
   options.mode = parse_mode(args.ranks);
   options.fold = !args.no_fold;
   options.stragglers = parse_stragglers(args.stragglers);
-  if (!args.compute_model.empty()) options.compute.apply_overrides(args.compute_model);
+  if (!args.compute_model.empty()) platform.cost.compute.apply_overrides(args.compute_model);
   options.progress = !args.quiet && ::isatty(STDERR_FILENO);
   core::PlanOptions plan_options;
   plan_options.iterations = args.iterations;

@@ -1,11 +1,13 @@
-// The roofline compute model: a compute op takes as long as the slower of its math at the
-// device's peak for its dtype and its memory traffic at HBM bandwidth, each derated by the
-// fraction of peak its op class reaches in practice, plus a fixed kernel launch cost.
+// The compute model: a compute op takes as long as the slower of its math and its memory traffic,
+// each at the fraction of peak it reaches in practice (by GEMM shape where the model has a
+// table, else by op class), never less than its kernels' launch floor.
 #include "stratsim/sim/device.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/json_reader.hpp"
@@ -19,8 +21,8 @@ double DeviceSpec::peak_for(core::DType dtype) const {
   return 0;
 }
 
-// Default efficiencies (fraction of peak FLOP/s, fraction of peak memory bandwidth). They are
-// round figures in the range well-tuned kernels reach on A100/H100, not measurements:
+// The round figures the simulator used before measured cost models, kept for the cpu preset
+// until `stratsim calibrate` measures the host (fraction of peak FLOP/s, of peak memory bandwidth):
 //  - gemm: cuBLAS reaches 70-80 % of dense tensor-core peak on large bf16 GEMMs.
 //  - attention: FlashAttention-2 reports 50-73 % of peak forward on A100/H100; 0.6 is mid-range.
 //  - elementwise, norm, embedding, optimizer: memory bound; vectorised kernels stream at 70-80 %
@@ -36,11 +38,45 @@ ComputeModel ComputeModel::defaults() {
   return model;
 }
 
+ComputeModel ComputeModel::ideal() { return ComputeModel{}; }
+
 const OpClassEfficiency& ComputeModel::efficiency(const std::string& op_class) const {
-  static const OpClassEfficiency kPeak;  // for a model built without defaults(): no derating
+  static const OpClassEfficiency kPeak;  // a class the model does not name runs at peak
   if (auto it = efficiency_.find(op_class); it != efficiency_.end()) return it->second;
   if (auto it = efficiency_.find("other"); it != efficiency_.end()) return it->second;
   return kPeak;
+}
+
+namespace {
+
+// Position of log2(x) on a log2-spaced axis: the lower index and the weight of the upper one.
+std::pair<std::size_t, double> locate(const std::vector<double>& axis, double x) {
+  if (axis.size() == 1 || x <= axis.front()) return {0, 0.0};
+  if (x >= axis.back()) return {axis.size() - 2, 1.0};
+  const std::size_t upper = static_cast<std::size_t>(std::upper_bound(axis.begin(), axis.end(), x) - axis.begin());
+  const double lo = std::log2(axis[upper - 1]), hi = std::log2(axis[upper]);
+  return {upper - 1, (std::log2(x) - lo) / (hi - lo)};
+}
+
+}  // namespace
+
+double GemmTable::at(double mm, double nn, double kk) const {
+  const auto [i, wi] = locate(m, mm);
+  const auto [j, wj] = locate(n, nn);
+  const auto [l, wl] = locate(k, kk);
+  const std::size_t nj = n.size(), nl = k.size();
+  auto value = [&](std::size_t a, std::size_t b, std::size_t c) {
+    a = std::min(a, m.size() - 1), b = std::min(b, nj - 1), c = std::min(c, nl - 1);
+    return efficiency[(a * nj + b) * nl + c];
+  };
+  double result = 0;
+  for (int da = 0; da < 2; ++da)
+    for (int db = 0; db < 2; ++db)
+      for (int dc = 0; dc < 2; ++dc) {
+        const double weight = (da ? wi : 1 - wi) * (db ? wj : 1 - wj) * (dc ? wl : 1 - wl);
+        if (weight > 0) result += weight * value(i + da, j + db, l + dc);
+      }
+  return result;
 }
 
 double ComputeModel::duration(const core::ProgramOp& op, const DeviceSpec& device) const {
@@ -48,11 +84,23 @@ double ComputeModel::duration(const core::ProgramOp& op, const DeviceSpec& devic
   const double bytes = static_cast<double>(op.bytes_accessed);
   if (op.flops <= 0 && bytes <= 0) return 0;  // a view or no-op: no kernel is launched
   const OpClassEfficiency& e = efficiency(op.op_class);
-  const double peak = device.peak_for(op.dtype) * e.flops;
+  const double peak = device.peak_for(op.dtype);
+  double math = 0;
+  double other_flops = op.flops;
+  auto table = gemm_.find(op.dtype);
+  if (table != gemm_.end() && peak > 0)
+    for (const core::GemmShape& g : op.gemms) {
+      const double flops = g.flops();
+      math += flops /
+              (peak * table->second.at(static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k)));
+      other_flops -= flops;
+    }
+  const double class_peak = peak * e.flops_for(op.phase);
+  if (other_flops > 0 && class_peak > 0) math += other_flops / class_peak;
   const double bandwidth = device.memory_bandwidth * e.memory;
-  const double math = op.flops > 0 && peak > 0 ? op.flops / peak : 0;
   const double memory = bytes > 0 && bandwidth > 0 ? bytes / bandwidth : 0;
-  return std::max(math, memory) + launch_overhead_;
+  const double kernels = static_cast<double>(std::max<std::size_t>(1, op.gemms.size()));
+  return std::max({math, memory, kernels * kernel_floor_}) + launch_overhead_;
 }
 
 namespace {
@@ -63,33 +111,81 @@ double read_fraction(const core::JsonReader& node) {
   return value;
 }
 
+double read_microseconds(const core::JsonReader& node) {
+  const double us = node.as_number();
+  if (!(us >= 0 && us <= 1e6)) node.fail(fmt::format("expected microseconds from 0 to 1e6, got {}", us));
+  return us * 1e-6;
+}
+
+std::vector<double> read_axis(const core::JsonReader& table, const char* key) {
+  const core::JsonReader node = table.at(key);
+  node.expect_array();
+  if (node.size() == 0 || node.size() > 64) node.fail("expected 1 to 64 sizes");
+  std::vector<double> axis;
+  for (std::size_t i = 0; i < node.size(); ++i) {
+    const double size = node.at(i).as_number();
+    if (!(size >= 1 && size <= 1e12)) node.at(i).fail(fmt::format("expected a size from 1 to 1e12, got {}", size));
+    if (!axis.empty() && size <= axis.back()) node.at(i).fail("expected sizes in ascending order");
+    axis.push_back(size);
+  }
+  return axis;
+}
+
+GemmTable read_gemm_table(const core::JsonReader& node) {
+  node.allow_only({"m", "n", "k", "efficiency", "source"});
+  GemmTable table;
+  table.m = read_axis(node, "m");
+  table.n = read_axis(node, "n");
+  table.k = read_axis(node, "k");
+  const core::JsonReader values = node.at("efficiency");
+  values.expect_array();
+  const std::size_t expected = table.m.size() * table.n.size() * table.k.size();
+  if (values.size() != expected)
+    values.fail(fmt::format("expected {} x {} x {} = {} values (k fastest), got {}", table.m.size(), table.n.size(),
+                            table.k.size(), expected, values.size()));
+  for (std::size_t i = 0; i < values.size(); ++i) table.efficiency.push_back(read_fraction(values.at(i)));
+  return table;
+}
+
 }  // namespace
 
-// All or nothing: a file with an error leaves the model as it was.
-void ComputeModel::apply_overrides(const std::string& path) {
+// All or nothing: a document with an error leaves the model as it was.
+void ComputeModel::apply(const core::JsonReader& root) {
+  root.expect_object();
   ComputeModel updated = *this;
-  const nlohmann::json document = core::load_document(path);
-  const core::JsonReader root(document, path);
-  root.allow_only({"launch_overhead_us", "op_classes"});
-  if (root.has("launch_overhead_us")) {
-    const core::JsonReader node = root.at("launch_overhead_us");
-    const double us = node.as_number();
-    if (!(us >= 0)) node.fail(fmt::format("expected a non-negative number of microseconds, got {}", us));
-    updated.launch_overhead_ = us * 1e-6;
-  }
+  root.allow_only({"launch_overhead_us", "kernel_floor_us", "op_classes", "gemm", "source"});
+  if (root.has("launch_overhead_us")) updated.launch_overhead_ = read_microseconds(root.at("launch_overhead_us"));
+  if (root.has("kernel_floor_us")) updated.kernel_floor_ = read_microseconds(root.at("kernel_floor_us"));
   if (root.has("op_classes")) {
     const core::JsonReader classes = root.at("op_classes");
+    classes.expect_object();
     // Only the classes the planner emits: a misspelt class would otherwise be silently unused.
     classes.allow_only({"gemm", "attention", "elementwise", "norm", "embedding", "optimizer", "other"});
     for (const std::string& name : classes.keys()) {
       const core::JsonReader entry = classes.at(name);
-      entry.allow_only({"flops", "memory"});
+      entry.expect_object();
+      entry.allow_only({"flops", "memory", "backward_flops", "source"});
       OpClassEfficiency& e = updated.efficiency_[name];
       if (entry.has("flops")) e.flops = read_fraction(entry.at("flops"));
       if (entry.has("memory")) e.memory = read_fraction(entry.at("memory"));
+      if (entry.has("backward_flops")) e.backward_flops = read_fraction(entry.at("backward_flops"));
+    }
+  }
+  if (root.has("gemm")) {
+    const core::JsonReader tables = root.at("gemm");
+    tables.expect_object();
+    for (const std::string& name : tables.keys()) {
+      const auto dtype = core::parse_dtype(name);
+      if (!dtype) tables.at(name).fail("unknown dtype (expected float32, bfloat16, float16, ...)");
+      updated.gemm_[*dtype] = read_gemm_table(tables.at(name));
     }
   }
   *this = std::move(updated);
+}
+
+void ComputeModel::apply_overrides(const std::string& path) {
+  const nlohmann::json document = core::load_document(path);
+  apply(core::JsonReader(document, path));
 }
 
 }  // namespace stratsim::sim

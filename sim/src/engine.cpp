@@ -42,6 +42,7 @@ struct Rendezvous {
   int expected = 1;
   bool done = false;
   double start = 0, end = 0;
+  const Protocol* protocol = nullptr;  // what the driver ran under the cost model
   sg4::ConditionVariablePtr finished = sg4::ConditionVariable::create();
 };
 
@@ -99,6 +100,8 @@ class Simulation {
     std::vector<int> ranks;  // the ranks it stands for
     sg4::Host* host = nullptr;
     double slowdown = 1.0;
+    int collectives_in_flight = 0;  // issued and not finished: their kernels hold SMs (interference)
+    bool computing = false;         // a compute op is running
     std::vector<char> done;  // per op
     std::vector<OpTiming> timings;
     sg4::ConditionVariablePtr op_finished = sg4::ConditionVariable::create();
@@ -112,9 +115,11 @@ class Simulation {
   void run_collective(int sim_rank, const ProgramOp& op);
   std::vector<int> instances_of(const SimRank& rank, const ProgramOp& op) const;
   int members_simulated(const ProgramOp& op) const;
-  void drive_instances(const ProgramOp& op, const std::vector<int>& instances);
-  void drive_instance(const ProgramOp& op, int instance);
-  void record(const ProgramOp& op, int instance, Algorithm algorithm, double start, double end);
+  void drive_instances(const ProgramOp& op, const std::vector<int>& instances, double slowdown);
+  void drive_instance(const ProgramOp& op, int instance, double slowdown);
+  const Protocol* protocol_for(const ProgramOp& op, const Schedule& schedule, const std::vector<int>& member_nodes);
+  void record(const ProgramOp& op, int instance, Algorithm algorithm, const Protocol* protocol, double start,
+              double end);
   const std::vector<int>& group_members(const ProgramOp& op, int instance) const {
     return folding_.groups[op.group].instances.at(instance);
   }
@@ -124,7 +129,7 @@ class Simulation {
   const Schedule& schedule_for(const ProgramOp& op, Algorithm algorithm, const std::vector<int>& member_nodes);
   Algorithm algorithm_for(const ProgramOp& op, int instance);
   Algorithm algorithm_for_full(const ProgramOp& op, int full_instance);
-  void run_flows(const std::vector<sg4::Host*>& hosts, std::span<const Flow> flows);
+  void run_flows(const std::vector<sg4::Host*>& hosts, std::span<const Flow> flows, double scale);
   void finish_op(SimRank& rank, const ProgramOp& op, const OpTiming& timing);
   SimResult collect(RankMode mode);
 
@@ -146,6 +151,7 @@ class Simulation {
   std::vector<int> node_local_;                        // per program group: -1 unknown, 0 or 1
   std::map<std::tuple<int, int, double, int, std::vector<int>>, Schedule> schedule_cache_;
   std::map<std::tuple<int, double, int, int>, Algorithm> algorithm_cache_;  // kind, bytes, group, full instance
+  std::map<const Schedule*, const Protocol*> protocol_cache_;               // schedule_cache_ entries are stable
   std::int64_t flows_ = 0;
 };
 
@@ -195,6 +201,13 @@ void Simulation::measure_link_costs() {
   }
   if (!intra) costs_.alpha_intra = costs_.alpha_inter, costs_.beta_intra = costs_.beta_inter;
   if (!inter) costs_.alpha_inter = costs_.alpha_intra, costs_.beta_inter = costs_.beta_intra;
+  // NVLS needs an NVSwitch that reduces: a generated GPU node whose cost model says it can.
+  const NetworkModel& network = platform_.cost.network;
+  if (network.nvls_bandwidth_fraction > 0 && intra &&
+      (platform_.kind == PlatformKind::node || platform_.kind == PlatformKind::cluster)) {
+    costs_.nvls_alpha = network.nvls_base_latency + 2 * costs_.alpha_intra;
+    costs_.nvls_beta = costs_.beta_intra / network.nvls_bandwidth_fraction;
+  }
 }
 
 SimResult Simulation::run(RankMode mode) {
@@ -236,8 +249,13 @@ void Simulation::wait_for_dependencies(SimRank& rank, const ProgramOp& op) {
 void Simulation::run_compute(SimRank& rank, const ProgramOp& op) {
   OpTiming timing;
   timing.issue = timing.start = sg4::Engine::get_clock();
-  const double duration = options_.compute.duration(op, platform_.device) * rank.slowdown;
+  // Interference is judged when the op starts: a kernel launched beside a running NCCL kernel
+  // shares the SMs with it for (most of) its life.
+  const double interference = rank.collectives_in_flight > 0 ? platform_.cost.interference.compute_slowdown : 1.0;
+  const double duration = platform_.cost.compute.duration(op, platform_.device) * rank.slowdown * interference;
+  rank.computing = true;
   if (duration > 0) sg4::this_actor::sleep_for(duration);
+  rank.computing = false;
   timing.end = sg4::Engine::get_clock();
   finish_op(rank, op, timing);
 }
@@ -266,6 +284,7 @@ void Simulation::run_collective(int sim_rank, const ProgramOp& op) {
   SimRank& rank = sim_ranks_[sim_rank];
   OpTiming timing;
   timing.issue = sg4::Engine::get_clock();
+  ++rank.collectives_in_flight;
   const std::vector<int> instances = instances_of(rank, op);
   std::vector<int> to_drive;
   for (int instance : instances) {
@@ -279,7 +298,9 @@ void Simulation::run_collective(int sim_rank, const ProgramOp& op) {
     }
     if (++it->second->arrived == it->second->expected) to_drive.push_back(instance);
   }
-  if (!to_drive.empty()) drive_instances(op, to_drive);
+  // The last member to arrive drives the instance; its compute stream decides interference.
+  const double slowdown = rank.computing ? platform_.cost.interference.communication_slowdown : 1.0;
+  if (!to_drive.empty()) drive_instances(op, to_drive, slowdown);
   double start = 0, end = 0;
   for (int instance : instances) {
     Rendezvous& slot = *rendezvous_.at({op.id, instance});
@@ -293,20 +314,21 @@ void Simulation::run_collective(int sim_rank, const ProgramOp& op) {
   }
   timing.start = start;
   timing.end = end;
+  --rank.collectives_in_flight;
   finish_op(rank, op, timing);
 }
 
 // Runs several instances at once: one actor each so their flows share the network concurrently,
 // then waits for all of them (node-local instances in representative mode: one, copied).
-void Simulation::drive_instances(const ProgramOp& op, const std::vector<int>& instances) {
+void Simulation::drive_instances(const ProgramOp& op, const std::vector<int>& instances, double slowdown) {
   if (instances.size() == 1) {
-    drive_instance(op, instances.front());
+    drive_instance(op, instances.front(), slowdown);
     return;
   }
   if (sim_ranks_.size() == 1 && node_local(op.group)) {
     // Every instance lives inside its own node and touches only that node's links, and in
     // representative mode every node sees the same traffic: run one, copy its times to the rest.
-    drive_instance(op, instances.front());
+    drive_instance(op, instances.front(), slowdown);
     const Rendezvous& first = *rendezvous_.at({op.id, instances.front()});
     const Algorithm algorithm = algorithm_for(op, instances.front());
     for (std::size_t i = 1; i < instances.size(); ++i) {
@@ -314,7 +336,7 @@ void Simulation::drive_instances(const ProgramOp& op, const std::vector<int>& in
       slot.start = first.start;
       slot.end = first.end;
       slot.done = true;
-      record(op, instances[i], algorithm, slot.start, slot.end);
+      record(op, instances[i], algorithm, first.protocol, slot.start, slot.end);
     }
     return;
   }
@@ -323,7 +345,7 @@ void Simulation::drive_instances(const ProgramOp& op, const std::vector<int>& in
   for (int instance : instances) {
     sg4::Host* host = built_.devices[group_members(op, instance).front()];
     drivers.push_back(sg4::Actor::create(fmt::format("op{}.g{}", op.id, instance), host,
-                                         [this, &op, instance] { drive_instance(op, instance); }));
+                                         [this, &op, instance, slowdown] { drive_instance(op, instance, slowdown); }));
   }
   for (const sg4::ActorPtr& driver : drivers) driver->join();
 }
@@ -369,13 +391,14 @@ double Simulation::route_latency(sg4::Host* from, sg4::Host* to) {
 Algorithm Simulation::algorithm_for_full(const ProgramOp& op, int full_instance) {
   if (program_.mesh.group_size(program_.groups[op.group].mesh_dims) < 2) return Algorithm::ring;  // nothing moves
   if (auto it = options_.algorithms.find(op.kind); it != options_.algorithms.end() && it->second != Algorithm::automatic)
-    return it->second;
+    return it->second;  // simulate() checked that the platform can run it
   const auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<double>(op.bytes), op.group, full_instance);
   auto it = algorithm_cache_.find(key);
   if (it != algorithm_cache_.end()) return it->second;
   std::vector<int> member_nodes;
   for (int rank : full_instances(op.group)[full_instance]) member_nodes.push_back(built_.node_of[rank]);
-  const Algorithm chosen = select_algorithm(op.kind, member_nodes, static_cast<double>(op.bytes), costs_);
+  const Algorithm chosen =
+      select_algorithm(op.kind, member_nodes, static_cast<double>(op.bytes), costs_, &platform_.cost.network);
   return algorithm_cache_.emplace(key, chosen).first->second;
 }
 
@@ -401,9 +424,22 @@ const Schedule& Simulation::schedule_for(const ProgramOp& op, Algorithm algorith
   return it->second;
 }
 
+// The NCCL protocol a schedule runs under the cost model, chosen once per schedule.
+const Protocol* Simulation::protocol_for(const ProgramOp& op, const Schedule& schedule,
+                                         const std::vector<int>& member_nodes) {
+  auto [it, inserted] = protocol_cache_.try_emplace(&schedule, nullptr);
+  if (inserted) {
+    const ScheduleCost cost = estimate_parts(schedule, member_nodes, costs_);
+    it->second = choose_protocol(platform_.cost.network, static_cast<double>(op.bytes), cost.latency, cost.intra_steps,
+                                 cost.inter_steps, cost.bandwidth);
+  }
+  return it->second;
+}
+
 // One group instance: the launch overhead, then each phase's flows together, then the phase's
-// remaining latency steps.
-void Simulation::drive_instance(const ProgramOp& op, int instance) {
+// remaining latency steps. Under a protocol (cost_model.hpp) the flows carry bytes / fraction on
+// the wire, each step adds the protocol's latency, and its base latency replaces the overhead.
+void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdown) {
   const std::vector<int>& members = group_members(op, instance);
   std::vector<sg4::Host*> hosts;
   std::vector<int> member_nodes;
@@ -414,19 +450,36 @@ void Simulation::drive_instance(const ProgramOp& op, int instance) {
   Rendezvous& slot = *rendezvous_.at({op.id, instance});
   slot.start = sg4::Engine::get_clock();
   const Algorithm algorithm = algorithm_for(op, instance);
-  if (platform_.collective_overhead > 0) sg4::this_actor::sleep_for(platform_.collective_overhead);
-  if (folding_.groups[op.group].full_size > 1) {
-    const Schedule& schedule = schedule_for(op, algorithm, member_nodes);
-    for (const SchedulePhase& phase : schedule.phases) {
+  const Schedule* schedule =
+      folding_.groups[op.group].full_size > 1 ? &schedule_for(op, algorithm, member_nodes) : nullptr;
+  // NVLS runs its own way (no protocol choice); everything else under the protocol NCCL would pick.
+  const bool nvls = algorithm == Algorithm::nvls;
+  const NetworkModel& network = platform_.cost.network;
+  const Protocol* protocol = schedule && !nvls ? protocol_for(op, *schedule, member_nodes) : nullptr;
+  slot.protocol = protocol;
+  const double overhead = nvls       ? network.nvls_base_latency
+                          : protocol ? protocol->base_latency
+                                     : platform_.collective_overhead;
+  if (overhead > 0) sg4::this_actor::sleep_for(overhead);
+  if (schedule) {
+    const double fraction = nvls ? network.nvls_bandwidth_fraction : protocol ? protocol->bandwidth_fraction : 1.0;
+    const double scale = slowdown / fraction;
+    for (const SchedulePhase& phase : schedule->phases) {
       double alpha = 0;
-      if (phase.latency_steps > 1)
-        for (const Flow& flow : phase.flows) alpha = std::max(alpha, route_latency(hosts[flow.src], hosts[flow.dst]));
-      run_flows(hosts, phase.flows);
-      if (phase.latency_steps > 1) sg4::this_actor::sleep_for((phase.latency_steps - 1) * alpha);
+      bool crosses_nodes = false;
+      for (const Flow& flow : phase.flows) {
+        crosses_nodes = crosses_nodes || member_nodes[flow.src] != member_nodes[flow.dst];
+        if (phase.latency_steps > 1) alpha = std::max(alpha, route_latency(hosts[flow.src], hosts[flow.dst]));
+      }
+      run_flows(hosts, phase.flows, scale);
+      double wait = (phase.latency_steps - 1) * alpha;
+      if (protocol && !phase.flows.empty())
+        wait += phase.latency_steps * (crosses_nodes ? protocol->step_latency_inter : protocol->step_latency_intra);
+      if (wait > 0) sg4::this_actor::sleep_for(wait);
     }
   }
   slot.end = sg4::Engine::get_clock();
-  record(op, instance, algorithm, slot.start, slot.end);
+  record(op, instance, algorithm, protocol, slot.start, slot.end);
   std::unique_lock<sg4::Mutex> lock(*lock_);
   slot.done = true;
   slot.finished->notify_all();
@@ -434,13 +487,15 @@ void Simulation::drive_instance(const ProgramOp& op, int instance) {
 
 // One CollectiveRun per full instance the simulated instance stands for (by symmetry they all
 // ran at the same times).
-void Simulation::record(const ProgramOp& op, int instance, Algorithm algorithm, double start, double end) {
+void Simulation::record(const ProgramOp& op, int instance, Algorithm algorithm, const Protocol* protocol, double start,
+                        double end) {
   const SimulatedGroup& group = folding_.groups[op.group];
   for (int full : group.stands_for[instance]) {
     CollectiveRun run;
     run.op = op.id;
     run.instance = full;
-    run.algorithm = algorithm_name(algorithm);
+    run.algorithm = std::string(algorithm_name(algorithm));
+    if (protocol) run.algorithm += "/" + protocol->name;  // as NCCL_DEBUG=INFO says it: ring/LL128
     run.bytes = static_cast<double>(op.bytes);
     run.group_size = group.full_size;
     run.start = start;
@@ -455,14 +510,14 @@ void Simulation::record(const ProgramOp& op, int instance, Algorithm algorithm, 
 // waiting on p comms costs O(p^2): a 16,384-member ring phase took seconds. Slices of at most
 // kFlowsPerActor flows, each started and awaited by its own actor, keep that scan short; the
 // flows still start at the same simulated instant, so the timings are unchanged.
-void Simulation::run_flows(const std::vector<sg4::Host*>& hosts, std::span<const Flow> flows) {
+void Simulation::run_flows(const std::vector<sg4::Host*>& hosts, std::span<const Flow> flows, double scale) {
   constexpr std::size_t kFlowsPerActor = 64;
   if (flows.size() > kFlowsPerActor) {
     std::vector<sg4::ActorPtr> workers;
     for (std::size_t first = 0; first < flows.size(); first += kFlowsPerActor) {
       const auto slice = flows.subspan(first, std::min(kFlowsPerActor, flows.size() - first));
-      workers.push_back(
-          sg4::Actor::create("flows", sg4::this_actor::get_host(), [this, &hosts, slice] { run_flows(hosts, slice); }));
+      workers.push_back(sg4::Actor::create("flows", sg4::this_actor::get_host(),
+                                           [this, &hosts, slice, scale] { run_flows(hosts, slice, scale); }));
     }
     for (const sg4::ActorPtr& worker : workers) worker->join();
     return;
@@ -472,7 +527,7 @@ void Simulation::run_flows(const std::vector<sg4::Host*>& hosts, std::span<const
   for (const Flow& flow : flows) {
     // Schedules split buffers evenly, so a tiny buffer over many ranks gives sub-byte flows;
     // SimGrid 3.32 serialises zero-byte comms, so every flow carries at least one byte.
-    const auto bytes = static_cast<std::uint64_t>(std::max<long long>(1, std::llround(flow.bytes)));
+    const auto bytes = static_cast<std::uint64_t>(std::max<long long>(1, std::llround(flow.bytes * scale)));
     comms.push_back(sg4::Comm::sendto_async(hosts[flow.src], hosts[flow.dst], bytes));
   }
   flows_ += static_cast<std::int64_t>(comms.size());

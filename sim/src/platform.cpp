@@ -102,7 +102,7 @@ PlatformSpec cpu_preset() {
   return spec;
 }
 
-PlatformSpec preset_spec(const std::string& name) {
+PlatformSpec hardware_spec(const std::string& name) {
   if (name == "a100")
     return gpu_preset("a100", "A100-SXM4-80GB", 19.5e12, 312e12, 9.7e12, 2039 * kGB, 80 * kGiB, 300 * kGB, 25 * kGB);
   if (name == "h100")
@@ -113,12 +113,18 @@ PlatformSpec preset_spec(const std::string& name) {
   throw InputError(fmt::format("unknown platform preset \"{}\" (known: a100, h100, h200, cpu)", name));
 }
 
+PlatformSpec preset_spec(const std::string& name) {
+  PlatformSpec spec = hardware_spec(name);
+  spec.cost = CostModel::preset(name);
+  return spec;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Options. One table serves the text syntax and description files, so both accept the same keys
 // with the same checks.
 // ---------------------------------------------------------------------------------------------
 
-enum class Kind { count, positive, non_negative, ratio, nic, fabric };
+enum class Kind { count, positive, non_negative, ratio, nic, fabric, model };
 using Value = std::variant<double, std::string>;
 
 struct Option {
@@ -136,6 +142,12 @@ void set_peak(PlatformSpec& s, DType dtype, double flops) { s.device.peak_flops[
 void scale_peaks(PlatformSpec& s, double flops) {
   const double factor = flops / s.device.peak_for(DType::float32);
   for (auto& [dtype, peak] : s.device.peak_flops) peak *= factor;
+}
+
+// model=ideal: every efficiency 1 (bare roofline, alpha-beta collectives); model=published: the
+// preset's cost model (the default).
+void apply_model(PlatformSpec& s, const Value& v) {
+  s.cost = text(v) == "ideal" ? CostModel::ideal() : CostModel::preset(s.preset);
 }
 
 const std::vector<Option>& gpu_options() {
@@ -167,6 +179,7 @@ const std::vector<Option>& gpu_options() {
        [](PlatformSpec& s, const Value& v) { set_peak(s, DType::float64, num(v) * 1e12); }},
       {"hbm_gbps", Kind::positive, [](PlatformSpec& s, const Value& v) { s.device.memory_bandwidth = num(v) * kGB; }},
       {"hbm_gib", Kind::positive, [](PlatformSpec& s, const Value& v) { s.device.memory_bytes = num(v) * kGiB; }},
+      {"model", Kind::model, apply_model},
   };
   return options;
 }
@@ -182,6 +195,7 @@ const std::vector<Option>& cpu_options() {
       {"mem_gib", Kind::positive, [](PlatformSpec& s, const Value& v) { s.device.memory_bytes = num(v) * kGiB; }},
       {"overhead_us", Kind::non_negative,
        [](PlatformSpec& s, const Value& v) { s.collective_overhead = num(v) * kUs; }},
+      {"model", Kind::model, apply_model},
   };
   return options;
 }
@@ -217,6 +231,8 @@ std::string expectation(Kind kind) {
       return "gpu or node";
     case Kind::fabric:
       return "fat-tree or spine-leaf";
+    case Kind::model:
+      return "ideal or published";
   }
   return "";
 }
@@ -225,6 +241,7 @@ bool acceptable(Kind kind, const Value& value) {
   if (const auto* s = std::get_if<std::string>(&value)) {
     if (kind == Kind::nic) return *s == "gpu" || *s == "node";
     if (kind == Kind::fabric) return *s == "fat-tree" || *s == "fat_tree" || *s == "spine-leaf" || *s == "spine_leaf";
+    if (kind == Kind::model) return *s == "ideal" || *s == "published";
     return false;
   }
   const double x = std::get<double>(value);
@@ -243,7 +260,7 @@ bool acceptable(Kind kind, const Value& value) {
   }
 }
 
-bool is_text_kind(Kind kind) { return kind == Kind::nic || kind == Kind::fabric; }
+bool is_text_kind(Kind kind) { return kind == Kind::nic || kind == Kind::fabric || kind == Kind::model; }
 
 // Text form: "4", "2.5", "1e3" for numbers; anything for the named kinds (checked afterwards).
 std::optional<Value> parse_text_value(Kind kind, const std::string& raw) {
@@ -331,6 +348,18 @@ PlatformSpec parse_preset_text(const std::string& text) {
   return spec;
 }
 
+// `cost_model:` in a description: a file (relative to the description's folder) or the model
+// inline, applied over the preset's (or the `model=` option's) model.
+void apply_cost_model_field(const core::JsonReader& node, const std::string& description, CostModel& cost) {
+  if (node.is_object()) {
+    cost.apply(node);
+    return;
+  }
+  std::filesystem::path file = node.as_string();
+  if (file.is_relative()) file = std::filesystem::path(description).parent_path() / file;
+  cost.apply_file(file.string());
+}
+
 // {"preset": "h100", "nodes": 4, "nic": "node", ...} in JSON or YAML.
 PlatformSpec parse_description_file(const std::string& path) {
   const nlohmann::json document = core::load_document(path);
@@ -347,10 +376,11 @@ PlatformSpec parse_description_file(const std::string& path) {
   spec.name = path;
   const std::vector<Option>& options = options_for(name);
   for (const std::string& key : root.keys()) {
-    if (key == "preset") continue;
+    if (key == "preset" || key == "cost_model") continue;
     const core::JsonReader node = root.at(key);
     const Option* option = find_option(options, key);
-    if (!option) node.fail(fmt::format("unknown field (expected one of: preset, {})", option_names(options)));
+    if (!option)
+      node.fail(fmt::format("unknown field (expected one of: preset, cost_model, {})", option_names(options)));
     Value value = is_text_kind(option->kind) ? Value(node.as_string()) : Value(node.as_number());
     if (!acceptable(option->kind, value)) {
       const std::string got = is_text_kind(option->kind) ? "\"" + text(value) + "\"" : fmt::format("{}", num(value));
@@ -358,6 +388,7 @@ PlatformSpec parse_description_file(const std::string& path) {
     }
     option->apply(spec, value);
   }
+  if (root.has("cost_model")) apply_cost_model_field(root.at("cost_model"), path, spec.cost);
   finish(spec, [&](const std::string& key, const std::string& message) {
     throw InputError(fmt::format("{}: {}: {}", path, key, message));
   });
@@ -421,18 +452,21 @@ std::vector<PresetInfo> platform_presets() {
 std::string describe_platform(const PlatformSpec& spec) {
   switch (spec.kind) {
     case PlatformKind::xml:
-      return fmt::format("SimGrid platform {} (devices: its hosts in name order; compute modelled as {})",
-                         spec.xml_file, spec.device.name);
+      return fmt::format(
+          "SimGrid platform {} (devices: its hosts in name order; compute modelled as {}; cost model {})",
+          spec.xml_file, spec.device.name, spec.cost.name);
     case PlatformKind::cpu_host:
       return fmt::format(
           "{} processes on one CPU host, loopback {} per process, {} shared ({}; message latency {}, collective "
-          "overhead {})",
+          "overhead {}; cost model {})",
           spec.gpus_per_node, gbps(spec.nvlink_bandwidth), gbps(spec.loopback_bandwidth),
-          device_details(spec.device, false), us(2 * spec.nvlink_latency), us(spec.collective_overhead));
+          device_details(spec.device, false), us(2 * spec.nvlink_latency), us(spec.collective_overhead),
+          spec.cost.name);
     case PlatformKind::node:
-      return fmt::format("1 x {} {}, NVLink {} ({}; NVLink latency {}, collective overhead {})", spec.gpus_per_node,
-                         spec.device.name, gbps(spec.nvlink_bandwidth), device_details(spec.device, true),
-                         us(2 * spec.nvlink_latency), us(spec.collective_overhead));
+      return fmt::format("1 x {} {}, NVLink {} ({}; NVLink latency {}, collective overhead {}; cost model {})",
+                         spec.gpus_per_node, spec.device.name, gbps(spec.nvlink_bandwidth),
+                         device_details(spec.device, true), us(2 * spec.nvlink_latency), us(spec.collective_overhead),
+                         spec.cost.name);
     case PlatformKind::cluster:
       break;
   }
@@ -440,11 +474,11 @@ std::string describe_platform(const PlatformSpec& spec) {
                                            : fmt::format("1 NIC/node {}", gbps(spec.nic_bandwidth));
   return fmt::format(
       "{} x {} {}, NVLink {}, {}, {} {:g}:1 ({} nodes per leaf; {}; latency NVLink {}, same leaf {}, across leaves "
-      "{}; collective overhead {})",
+      "{}; collective overhead {}; cost model {})",
       spec.nodes, spec.gpus_per_node, spec.device.name, gbps(spec.nvlink_bandwidth), nic, fabric_name(spec.fabric),
       spec.oversubscription, spec.nodes_per_leaf, device_details(spec.device, true), us(2 * spec.nvlink_latency),
       us(2 * spec.nic_latency + spec.switch_latency), us(2 * spec.nic_latency + 3 * spec.switch_latency),
-      us(spec.collective_overhead));
+      us(spec.collective_overhead), spec.cost.name);
 }
 
 }  // namespace stratsim::sim

@@ -66,7 +66,7 @@ struct NodeLinks {
 
 class Builder {
  public:
-  explicit Builder(const PlatformSpec& spec) : spec_(spec) {}
+  explicit Builder(const PlatformSpec& spec) : spec_(achieved(spec)) {}
 
   BuiltPlatform build();
 
@@ -80,7 +80,21 @@ class Builder {
   std::pair<sg4::NetZone*, NetPoint*> build_leaf(sg4::NetZone* root, int leaf, const std::vector<NodeLinks>& links);
   void build_xml();
 
-  const PlatformSpec& spec_;
+  // The links are built at what they achieve, not their line rate (cost_model.hpp, NetworkModel):
+  // contention, the algorithm selector and link utilisation then all see the achievable rate.
+  static PlatformSpec achieved(PlatformSpec spec) {
+    const NetworkModel& network = spec.cost.network;
+    if (spec.kind == PlatformKind::cpu_host) {
+      spec.nvlink_bandwidth *= network.loopback_efficiency;
+      spec.loopback_bandwidth *= network.loopback_efficiency;
+    } else {
+      spec.nvlink_bandwidth *= network.nvlink_efficiency;
+      spec.nic_bandwidth *= network.nic_efficiency;
+    }
+    return spec;
+  }
+
+  const PlatformSpec spec_;
   BuiltPlatform built_;
 };
 

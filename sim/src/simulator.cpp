@@ -79,6 +79,14 @@ void validate(const core::Program& program, const PlatformSpec& platform, const 
       throw core::InputError(fmt::format("straggler rank {} is outside the world of {} ranks", rank, program.world_size));
     if (!(factor >= 1.0)) throw core::InputError(fmt::format("straggler factor {} for rank {} must be >= 1", factor, rank));
   }
+  // NVLS needs an NVSwitch that reduces: a generated GPU node whose cost model has network.nvls.
+  for (const auto& [kind, algorithm] : options.algorithms)
+    if (algorithm == Algorithm::nvls &&
+        (platform.cost.network.nvls_bandwidth_fraction <= 0 ||
+         (platform.kind != PlatformKind::node && platform.kind != PlatformKind::cluster)))
+      throw core::InputError(
+          "algorithm nvls: this platform's switches cannot reduce (it needs a GPU preset whose cost model has "
+          "network.nvls, such as h100)");
 }
 
 }  // namespace

@@ -102,3 +102,66 @@ TEST(ProgramRoles, LayoutsDescribeWhatEachRankHolds) {
 
 }  // namespace
 }  // namespace stratsim::test
+
+namespace stratsim::test {
+namespace {
+
+// GEMM shapes (ProgramOp::gemms): a linear layer's forward is one (tokens, out, in) GEMM, its
+// backward grad_weight (out, in, tokens) plus grad_input (tokens, in, out) unless its input needs
+// no gradient; tensor parallelism shrinks the sharded side; the shapes' FLOPs are the op's FLOPs
+// less the bias; JSON keeps them.
+TEST(GemmShapes, LinearLayersCarryTheirShapes) {
+  for (const char* plan : {"builtin:ddp", "builtin:ddp-tp"}) {
+    SCOPED_TRACE(plan);
+    const core::PlanResult planned = plan_of("zoo:Net", plan);
+    int forwards = 0, first_layer_backwards = 0;
+    for (const core::ProgramOp& op : planned.program.ops) {
+      if (op.op_class != "gemm" || op.role != OpRole::leaf) continue;
+      ASSERT_FALSE(op.gemms.empty()) << op.name;
+      double shape_flops = 0;
+      for (const core::GemmShape& g : op.gemms) shape_flops += g.flops();
+      EXPECT_LE(shape_flops, op.flops) << op.name;
+      EXPECT_GT(shape_flops, 0.9 * op.flops) << op.name;  // the rest is the bias
+      if (op.phase == core::Phase::forward) {
+        ++forwards;
+        EXPECT_EQ(op.gemms.size(), 1u) << op.name;
+      } else if (op.phase == core::Phase::backward) {
+        EXPECT_LE(op.gemms.size(), 2u) << op.name;
+        const core::GemmShape& weight = op.gemms.back();
+        if (op.gemms.size() == 2) {  // grad_input (t, in, out) then grad_weight (out, in, t)
+          EXPECT_EQ(op.gemms[0].m, weight.k) << op.name;
+          EXPECT_EQ(op.gemms[0].n, weight.n) << op.name;
+          EXPECT_EQ(op.gemms[0].k, weight.m) << op.name;
+        } else {
+          ++first_layer_backwards;
+        }
+      }
+    }
+    EXPECT_GT(forwards, 0);
+    EXPECT_GT(first_layer_backwards, 0) << "the first layer's input needs no gradient";
+    const core::Program back = core::program_from_json(core::program_to_json(planned.program), "test");
+    for (std::size_t i = 0; i < back.ops.size(); ++i)
+      EXPECT_EQ(back.ops[i].gemms, planned.program.ops[i].gemms) << back.ops[i].name;
+  }
+}
+
+TEST(GemmShapes, TensorParallelShardsTheShapes) {
+  const auto widths = [](const char* plan) {
+    std::vector<std::int64_t> n;
+    for (const core::ProgramOp& op : plan_of("zoo:Net", plan).program.ops)
+      if (op.op_class == "gemm" && op.role == OpRole::leaf && op.phase == core::Phase::forward && op.iteration == 1)
+        n.push_back(op.gemms[0].n * op.gemms[0].k);
+    return n;
+  };
+  const std::vector<std::int64_t> full = widths("builtin:ddp"), sharded = widths("builtin:ddp-tp");
+  ASSERT_EQ(full.size(), sharded.size());
+  bool smaller = false;
+  for (std::size_t i = 0; i < full.size(); ++i) {
+    EXPECT_LE(sharded[i], full[i]);
+    smaller = smaller || sharded[i] < full[i];
+  }
+  EXPECT_TRUE(smaller) << "tensor parallelism shards the weight, so some GEMM shrinks";
+}
+
+}  // namespace
+}  // namespace stratsim::test

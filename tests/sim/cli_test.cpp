@@ -168,5 +168,5 @@ TEST(PlatformsCli, ListsPresetsAndDescribesOne) {
   EXPECT_EQ(one.out,
             "4 x 8 H100-SXM5-80GB, NVLink 450 GB/s, 1 NIC/GPU 50 GB/s, fat-tree 1:1 (4 nodes per leaf; 989.4 TFLOP/s "
             "bf16, HBM 3350 GB/s, 80 GiB; latency NVLink 0.6 us, same leaf 2.63 us, across leaves 2.89 us; collective "
-            "overhead 5 us)\n");
+            "overhead 5 us; cost model h100 (published))\n");
 }

@@ -182,7 +182,8 @@ TEST(CollectiveNames, RoundTripAndAliases) {
   EXPECT_EQ(parse_algorithm("halving-doubling"), Algorithm::recursive_halving_doubling);
   EXPECT_EQ(parse_algorithm("double_binary_tree"), Algorithm::tree);
   EXPECT_EQ(parse_algorithm("Ring"), Algorithm::ring);
-  EXPECT_EQ(parse_algorithm("nvls"), std::nullopt);
+  EXPECT_EQ(parse_algorithm("NVLS"), Algorithm::nvls);
+  EXPECT_EQ(parse_algorithm("collnet"), std::nullopt);
   EXPECT_EQ(parse_algorithm(""), std::nullopt);
 }
 

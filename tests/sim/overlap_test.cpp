@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+
 #include "stratsim/core/json_reader.hpp"
 #include "stratsim/core/model_io.hpp"
 #include "stratsim/core/plan.hpp"
@@ -15,7 +17,7 @@
 namespace stratsim::test {
 namespace {
 
-core::Analysis ddp_step(double bucket_cap_mb) {
+core::Analysis ddp_step(double bucket_cap_mb, const std::string& platform = "h100:model=ideal") {
   // A GPT whose first layer (small embedding) is cheap, so the last bucket is small.
   const core::Model model = core::load_model("zoo:gpt:layers=8,hidden=1024,heads=8,kv_heads=8,ffn=4096,vocab=1024,seq=1024");
   const nlohmann::json doc = {{"world_size", 8},
@@ -25,7 +27,9 @@ core::Analysis ddp_step(double bucket_cap_mb) {
   core::PlanOptions options;
   options.iterations = 2;
   const core::Program program = core::plan_training(model, plan, options).program;
-  const sim::SimResult result = sim::simulate(program, sim::parse_platform("h100"));
+  // The ideal cost model: these tests are about the schedule (what hides under what). Interference
+  // (cost_model.hpp) makes overlapped compute slower, which the last test here measures.
+  const sim::SimResult result = sim::simulate(program, sim::parse_platform(platform));
   return core::analyse(program, result, core::Workload{32, 1024});
 }
 
@@ -52,6 +56,25 @@ TEST(Overlap, HidingCommunicationShortensTheStep) {
   const core::Analysis hidden = ddp_step(25);
   const core::Analysis exposed = ddp_step(100000);
   EXPECT_LT(hidden.iterations.back().step_time, exposed.iterations.back().step_time);
+}
+
+// Interference: compute that runs beside an NCCL kernel shares the SMs, so overlap costs compute
+// time. With the compute slowdown alone (everything else ideal) the overlapped run's compute grows
+// by up to the factor, and far more than the run with one giant bucket, where only the first
+// step's parameter broadcasts overlap anything.
+TEST(Overlap, InterferenceSlowsOverlappedComputeOnly) {
+  const std::string interfering = std::string(STRATSIM_TEST_DATA) + "/sim/interference_only.yaml";
+  const core::Analysis hidden_ideal = ddp_step(25);
+  const core::Analysis hidden_slow = ddp_step(25, interfering);
+  const core::Analysis exposed_ideal = ddp_step(100000);
+  const core::Analysis exposed_slow = ddp_step(100000, interfering);
+  const double ideal_compute = hidden_ideal.ranks[0].compute;
+  const double slow_compute = hidden_slow.ranks[0].compute;
+  EXPECT_GT(slow_compute, ideal_compute * 1.05);
+  EXPECT_LE(slow_compute, ideal_compute * 1.5 * (1 + 1e-9));
+  const double exposed_growth = exposed_slow.ranks[0].compute / exposed_ideal.ranks[0].compute;
+  EXPECT_GT(slow_compute / ideal_compute - 1, 2 * (exposed_growth - 1));
+  EXPECT_GT(hidden_slow.iterations.back().step_time, hidden_ideal.iterations.back().step_time);
 }
 
 }  // namespace

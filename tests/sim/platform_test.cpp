@@ -257,9 +257,9 @@ TEST(PlatformParse, DescriptionFiles) {
 
   EXPECT_EQ(parse_error(kData + "bad_key.json"),
             kData +
-                "bad_key.json: nodez: unknown field (expected one of: preset, nodes, gpus, nic, fabric, oversub, "
-                "nodes_per_leaf, nvlink_gbps, nic_gbps, nvlink_lat_us, nic_lat_us, switch_lat_us, overhead_us, "
-                "tflops_bf16, tflops_fp16, tflops_fp32, tflops_fp64, hbm_gbps, hbm_gib)");
+                "bad_key.json: nodez: unknown field (expected one of: preset, cost_model, nodes, gpus, nic, fabric, "
+                "oversub, nodes_per_leaf, nvlink_gbps, nic_gbps, nvlink_lat_us, nic_lat_us, switch_lat_us, "
+                "overhead_us, tflops_bf16, tflops_fp16, tflops_fp32, tflops_fp64, hbm_gbps, hbm_gib, model)");
   EXPECT_EQ(parse_error(kData + "bad_value.yaml"), kData + "bad_value.yaml: oversub: expected a number >= 1, got 0.5");
   EXPECT_EQ(parse_error(kData + "bad_preset.json"),
             kData + "bad_preset.json: preset: unknown platform preset \"tpu-v5\" (known: a100, h100, h200, cpu)");
@@ -363,7 +363,9 @@ TEST(ComputeModel, BadOverridesNameFileAndField) {
                 "bad_compute_class.json: op_classes.gemn: unknown field (expected one of: gemm, attention, "
                 "elementwise, norm, embedding, optimizer, other)");
   EXPECT_EQ(overrides_error("bad_key.json"),
-            kData + "bad_key.json: nodez: unknown field (expected one of: launch_overhead_us, op_classes)");
+            kData +
+                "bad_key.json: nodez: unknown field (expected one of: launch_overhead_us, kernel_floor_us, "
+                "op_classes, gemm, source)");
   EXPECT_EQ(overrides_error("nope.json"), kData + "nope.json: cannot open file");
   // A failed file leaves the model as it was.
   ComputeModel model = ComputeModel::defaults();
@@ -377,7 +379,7 @@ TEST(ComputeModel, BadOverridesNameFileAndField) {
 
 TEST(PlatformBuild, SingleNodeNvlinkStar) {
   in_engine([](sg4::Engine&) {
-    const PlatformSpec spec = parse_platform("h100");
+    const PlatformSpec spec = parse_platform("h100:model=ideal");
     const BuiltPlatform built = build_platform(spec);
     ASSERT_EQ(built.devices.size(), 8u);
     EXPECT_EQ(built.node_of, std::vector<int>(8, 0));
@@ -395,7 +397,7 @@ TEST(PlatformBuild, SingleNodeNvlinkStar) {
 // LV08 factors, no TCP window bound, no cross traffic (configure_simgrid).
 TEST(PlatformBuild, TimedTransferIsExact) {
   in_engine([](sg4::Engine& engine) {
-    const PlatformSpec spec = parse_platform("h100:nodes=2");
+    const PlatformSpec spec = parse_platform("h100:model=ideal,nodes=2");
     const BuiltPlatform built = build_platform(spec);
     sg4::Host* a = host(built, "node0.gpu0");
     sg4::Host* b = host(built, "node0.gpu1");
@@ -433,7 +435,7 @@ std::vector<double> concurrent_transfers(sg4::Engine& engine, const BuiltPlatfor
 // Flows that share a bottleneck split it evenly: one NIC per node, and an oversubscribed uplink.
 TEST(PlatformBuild, SharedNicAndUplinkContend) {
   in_engine([](sg4::Engine& engine) {
-    const PlatformSpec spec = parse_platform("h100:nodes=2,nic=node");
+    const PlatformSpec spec = parse_platform("h100:model=ideal,nodes=2,nic=node");
     const BuiltPlatform built = build_platform(spec);
     const std::vector<double> t =
         concurrent_transfers(engine, built, {{"node0.gpu0", "node1.gpu0"}, {"node0.gpu1", "node1.gpu1"}});
@@ -443,7 +445,8 @@ TEST(PlatformBuild, SharedNicAndUplinkContend) {
   });
   in_engine([](sg4::Engine& engine) {
     // Leaf uplink: 2 nodes x 100 GB/s / 4 = 50 GB/s, shared by two cross-leaf flows.
-    const PlatformSpec spec = parse_platform("h100:nodes=4,nodes_per_leaf=2,oversub=4,nic=node,nic_gbps=100");
+    const PlatformSpec spec =
+        parse_platform("h100:model=ideal,nodes=4,nodes_per_leaf=2,oversub=4,nic=node,nic_gbps=100");
     const BuiltPlatform built = build_platform(spec);
     const std::vector<double> t =
         concurrent_transfers(engine, built, {{"node0.gpu0", "node2.gpu0"}, {"node1.gpu0", "node3.gpu0"}});
@@ -455,7 +458,7 @@ TEST(PlatformBuild, SharedNicAndUplinkContend) {
 
 TEST(PlatformBuild, ClusterRoutesOneLeaf) {
   in_engine([](sg4::Engine&) {
-    const PlatformSpec spec = parse_platform("h100:nodes=3");
+    const PlatformSpec spec = parse_platform("h100:model=ideal,nodes=3");
     const BuiltPlatform built = build_platform(spec);
     ASSERT_EQ(built.devices.size(), 24u);
     EXPECT_EQ(built.node_of[7], 0);
@@ -481,7 +484,7 @@ TEST(PlatformBuild, ClusterRoutesOneLeaf) {
 
 TEST(PlatformBuild, ClusterRoutesAcrossLeavesWithOversubscription) {
   in_engine([](sg4::Engine&) {
-    const PlatformSpec spec = parse_platform("h100:nodes=5,nodes_per_leaf=2,oversub=2");
+    const PlatformSpec spec = parse_platform("h100:model=ideal,nodes=5,nodes_per_leaf=2,oversub=2");
     const BuiltPlatform built = build_platform(spec);
     ASSERT_EQ(built.devices.size(), 40u);
     EXPECT_EQ(built.node_of.back(), 4);
@@ -500,7 +503,7 @@ TEST(PlatformBuild, ClusterRoutesAcrossLeavesWithOversubscription) {
     EXPECT_EQ(built.links.size(), 5u * (8 + 8 + 1) * 2 + 3 * 2);
   });
   in_engine([](sg4::Engine&) {
-    const BuiltPlatform built = build_platform(parse_platform("h100:nodes=4,nodes_per_leaf=2,oversub=1"));
+    const BuiltPlatform built = build_platform(parse_platform("h100:model=ideal,nodes=4,nodes_per_leaf=2,oversub=1"));
     const Route cross = route(built.devices[0], built.devices[31]);
     EXPECT_DOUBLE_EQ(cross.bandwidth.at("leaf0.uplink_UP"), 800e9);  // non-blocking
   });
@@ -508,7 +511,8 @@ TEST(PlatformBuild, ClusterRoutesAcrossLeavesWithOversubscription) {
 
 TEST(PlatformBuild, NicPerNodeIsShared) {
   in_engine([](sg4::Engine&) {
-    const PlatformSpec spec = parse_platform(kData + "cluster.json");  // h100, 4 nodes, nic=node 100 GB/s
+    PlatformSpec spec = parse_platform(kData + "cluster.json");  // h100, 4 nodes, nic=node 100 GB/s
+    spec.cost = CostModel::ideal();                              // links at their line rate
     const BuiltPlatform built = build_platform(spec);
     const Route a = route(host(built, "node0.gpu0"), host(built, "node1.gpu0"));
     const Route b = route(host(built, "node0.gpu5"), host(built, "node1.gpu2"));
@@ -529,7 +533,7 @@ TEST(PlatformBuild, NicPerNodeIsShared) {
 
 TEST(PlatformBuild, CpuHostSharesTheMemoryLink) {
   in_engine([](sg4::Engine&) {
-    const PlatformSpec spec = parse_platform("cpu:procs=3");
+    const PlatformSpec spec = parse_platform("cpu:procs=3,model=ideal");
     const BuiltPlatform built = build_platform(spec);
     ASSERT_EQ(built.devices.size(), 3u);
     EXPECT_EQ(built.node_of, (std::vector<int>{0, 0, 0}));
@@ -577,7 +581,7 @@ TEST(PlatformBuild, BrokenXmlIsAnInputError) {
 // measured in benchmarks/, not asserted here).
 TEST(PlatformBuild, LargeClusterRoutes) {
   in_engine([](sg4::Engine&) {
-    const BuiltPlatform built = build_platform(parse_platform("h100:nodes=2048,oversub=2"));
+    const BuiltPlatform built = build_platform(parse_platform("h100:model=ideal,nodes=2048,oversub=2"));
     ASSERT_EQ(built.devices.size(), 16384u);
     const std::size_t n = built.devices.size();
     for (std::size_t i = 0; i < n; i += 97) {

@@ -61,9 +61,10 @@ TEST(Launch, StragglerDelaysTheCollectiveForEveryMember) {
   const int gemm = add_compute(program, 1e12);  // 1 s at 1 TFLOP/s
   const int reduce = add_collective(program, CollectiveKind::all_reduce, 1e6, {0}, {gemm});
   sim::SimOptions options;
-  options.compute.apply_overrides(STRATSIM_TEST_DATA "/sim/compute_ideal.json");
+  sim::PlatformSpec platform = uniform_star(2);
+  platform.cost.compute.apply_overrides(STRATSIM_TEST_DATA "/sim/compute_ideal.json");
   options.stragglers[1] = 2.0;
-  const sim::SimResult result = sim::simulate(program, uniform_star(2), options);
+  const sim::SimResult result = sim::simulate(program, platform, options);
   ASSERT_EQ(result.rank_mode, sim::RankMode::full);
   ASSERT_EQ(result.mode, "full");
   ASSERT_EQ(result.timings.size(), 2u);
@@ -81,9 +82,9 @@ TEST(Streams, IndependentCollectiveRunsBesideCompute) {
   core::Program program = empty_program({2}, {"world"});
   const int gemm = add_compute(program, 1e12);
   const int reduce = add_collective(program, CollectiveKind::all_reduce, 1e6, {0});
-  sim::SimOptions options;
-  options.compute.apply_overrides(STRATSIM_TEST_DATA "/sim/compute_ideal.json");
-  const sim::SimResult result = sim::simulate(program, uniform_star(2), options);
+  sim::PlatformSpec platform = uniform_star(2);
+  platform.cost.compute.apply_overrides(STRATSIM_TEST_DATA "/sim/compute_ideal.json");
+  const sim::SimResult result = sim::simulate(program, platform);
   EXPECT_DOUBLE_EQ(result.timings[0][reduce].start, 0.0);
   EXPECT_LT(result.timings[0][reduce].end, result.timings[0][gemm].end);
   EXPECT_NEAR(result.makespan, 1.0, 1e-9);
@@ -165,8 +166,15 @@ TEST(Result, IsARunResultWithTheSimulatorsNotes) {
           static_cast<std::size_t>(program.world_size / program.mesh.group_size(program.groups[op.group].mesh_dims));
   ASSERT_GT(instances, 0u);
   EXPECT_EQ(result.collectives.size(), instances);
-  for (const sim::CollectiveRun& run : result.collectives)
-    EXPECT_TRUE(sim::parse_algorithm(run.algorithm).has_value()) << run.algorithm;
+  // "ring/LL128": the algorithm, then the NCCL protocol the cost model picked for it.
+  for (const sim::CollectiveRun& run : result.collectives) {
+    const auto slash = run.algorithm.find('/');
+    EXPECT_TRUE(sim::parse_algorithm(run.algorithm.substr(0, slash)).has_value()) << run.algorithm;
+    if (slash != std::string::npos) {
+      const std::string protocol = run.algorithm.substr(slash + 1);
+      EXPECT_TRUE(protocol == "LL" || protocol == "LL128" || protocol == "Simple") << run.algorithm;
+    }
+  }
   EXPECT_EQ(result.notes, std::vector<std::string>{std::to_string(result.flows) + " SimGrid flows"});
   EXPECT_TRUE(result.mode_notes.empty());  // two nodes on one leaf: nothing to fold
   EXPECT_EQ(result.extra, (nlohmann::json{{"folded_nodes", 0}, {"total_nodes", 2}}));

@@ -2,6 +2,18 @@
 
 namespace stratsim::core::planner {
 
+std::vector<GemmShape> linear_forward_gemms(std::int64_t tokens, std::int64_t in_local, std::int64_t out_local) {
+  return {{tokens, out_local, in_local}};
+}
+
+std::vector<GemmShape> linear_backward_gemms(std::int64_t tokens, std::int64_t in_local, std::int64_t out_local,
+                                             bool input_grad) {
+  std::vector<GemmShape> gemms;
+  if (input_grad) gemms.push_back({tokens, in_local, out_local});
+  gemms.push_back({out_local, in_local, tokens});
+  return gemms;
+}
+
 // Coefficients for element-wise and norm kernels follow their eager PyTorch implementations (see
 // README "Compute model").
 LeafCost leaf_cost(const Module& m, const Activation& in, std::int64_t in_local, std::int64_t out_local) {
@@ -20,6 +32,8 @@ LeafCost leaf_cost(const Module& m, const Activation& in, std::int64_t in_local,
       cost.forward_bytes = t * in_local * d + weight + t * out_local * d;
       cost.backward_bytes = 2 * cost.forward_bytes + weight;
       cost.saved_bytes = t * in_local * d;
+      cost.forward_gemms = linear_forward_gemms(t, in_local, out_local);
+      cost.backward_gemms = linear_backward_gemms(t, in_local, out_local, in.requires_grad);
       break;
     }
     case LeafKind::relu:

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "context.hpp"
 
@@ -15,7 +16,14 @@ struct LeafCost {
   double forward_flops = 0, backward_flops = 0;
   std::int64_t forward_bytes = 0, backward_bytes = 0, saved_bytes = 0;
   std::string op_class;
+  std::vector<GemmShape> forward_gemms, backward_gemms;  // ProgramOp::gemms of the two ops
 };
+
+// A linear layer's GEMMs on `tokens` rows, in_local -> out_local: forward (t, out, in); backward
+// grad_input (t, in, out) when the input needs a gradient, and grad_weight (out, in, t).
+std::vector<GemmShape> linear_forward_gemms(std::int64_t tokens, std::int64_t in_local, std::int64_t out_local);
+std::vector<GemmShape> linear_backward_gemms(std::int64_t tokens, std::int64_t in_local, std::int64_t out_local,
+                                             bool input_grad);
 
 // `in` is the leaf's input with its local width; in_local / out_local are the widths the leaf
 // computes on (after tensor parallelism).

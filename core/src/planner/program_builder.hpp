@@ -70,6 +70,8 @@ class ProgramBuilder {
   void begin_iteration(int index, bool sync);
   int compute(const std::string& name, int module, Phase phase, const std::string& op_class, double flops,
               std::int64_t bytes, std::vector<int> deps, OpRole role, std::vector<std::string> params = {});
+  // The matrix multiplies compute op `op` runs (ProgramOp::gemms).
+  void set_gemms(int op, std::vector<GemmShape> gemms) { result.program.ops[op].gemms = std::move(gemms); }
   int collective(CollectiveSpec spec);
   // Broadcasts `params` from the group's first rank in coalesced buckets of at most 250 MiB (DDP's
   // _sync_module_states and FSDP's sync_module_states both bucket this way); returns the op ids.

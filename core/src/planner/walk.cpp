@@ -169,8 +169,9 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode) {
     if (context_.params[p].fsdp_unit >= 0) deps.push_back(fsdp_.all_gather_op(p));
   const std::string suffix = phase == Phase::recompute ? "recompute" : "forward";
   const std::string& label = context_.label(m);
-  builder_.compute(fmt::format("{}.{}", label, suffix), m, phase, cost.op_class, cost.forward_flops, cost.forward_bytes,
-                   deps, OpRole::leaf);
+  const int forward = builder_.compute(fmt::format("{}.{}", label, suffix), m, phase, cost.op_class, cost.forward_flops,
+                                       cost.forward_bytes, deps, OpRole::leaf);
+  builder_.set_gemms(forward, cost.forward_gemms);
   if (mode != Mode::checkpointed) builder_.add_memory(cost.saved_bytes, MemoryTracker::Kind::activation);
 
   act.shape.back() = out_local;
@@ -189,6 +190,7 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode) {
       if (context_.params[p].fsdp_unit >= 0) now.push_back(fsdp_.all_gather_op(p));
     const int op = builder_.compute(name, m, Phase::backward, cost.op_class, cost.backward_flops, cost.backward_bytes,
                                     now, OpRole::leaf);
+    builder_.set_gemms(op, cost.backward_gemms);
     builder_.add_memory(-cost.saved_bytes, MemoryTracker::Kind::activation);
     // AccumulateGrad order: autograd runs the bias's accumulation before the weight's (addmm feeds
     // bias directly, weight through TBackward), i.e. parameters in reverse registration order.
@@ -215,18 +217,23 @@ void Walk::forward_param_matmul(int p, Activation& act, Mode mode) {
   std::vector<int> deps;
   if (state.fsdp_unit >= 0) deps.push_back(fsdp_.all_gather_op(p));
   const std::string base = fmt::format("{}.mm", param.fqn);
-  builder_.compute(base + (phase == Phase::recompute ? ".recompute" : ".forward"), m, phase, "gemm", flops,
-                   (t * act.features() + state.local_numel + t * out) * d, deps, OpRole::param_matmul, {param.fqn});
+  const int forward =
+      builder_.compute(base + (phase == Phase::recompute ? ".recompute" : ".forward"), m, phase, "gemm", flops,
+                       (t * act.features() + state.local_numel + t * out) * d, deps, OpRole::param_matmul, {param.fqn});
+  const bool is_matrix = state.local_shape.size() == 2;
+  const std::int64_t in_width = is_matrix ? state.local_shape[0] : 0;
+  if (is_matrix) builder_.set_gemms(forward, linear_forward_gemms(t, in_width, out));
   if (mode != Mode::checkpointed) builder_.add_memory(saved, MemoryTracker::Kind::activation);
   const bool input_grad = act.requires_grad;
   act.shape.back() = out;
   act.requires_grad = true;
   if (mode == Mode::replay) return;
-  tape_.push([this, p, m, flops, saved, input_grad, base]() {
+  tape_.push([this, p, m, flops, saved, input_grad, base, is_matrix, t, in_width, out]() {
     std::vector<int> now;
     if (context_.params[p].fsdp_unit >= 0) now.push_back(fsdp_.all_gather_op(p));
     const int op = builder_.compute(base + ".backward", m, Phase::backward, "gemm", flops * (input_grad ? 2 : 1), 0,
                                     now, OpRole::param_matmul, {context_.model.params[p].fqn});
+    if (is_matrix) builder_.set_gemms(op, linear_backward_gemms(t, in_width, out, input_grad));
     builder_.add_memory(-saved, MemoryTracker::Kind::activation);
     grad_ready(p, op);
   });

@@ -28,13 +28,14 @@ std::string normalized(std::string_view text) {
 }
 
 // The first name of an algorithm is the one reports print; the rest are accepted aliases.
-constexpr core::EnumNames<Algorithm, 10> kAlgorithmNames{
+constexpr core::EnumNames<Algorithm, 11> kAlgorithmNames{
     {{{Algorithm::automatic, "auto"},
       {Algorithm::ring, "ring"},
       {Algorithm::tree, "tree"},
       {Algorithm::recursive_halving_doubling, "rhd"},
       {Algorithm::direct, "direct"},
       {Algorithm::hierarchical, "hierarchical"},
+      {Algorithm::nvls, "nvls"},
       {Algorithm::automatic, "automatic"},
       {Algorithm::tree, "double_binary_tree"},
       {Algorithm::recursive_halving_doubling, "recursive_halving_doubling"},
@@ -50,6 +51,7 @@ std::optional<Algorithm> parse_algorithm(std::string_view text) { return kAlgori
 // `auto` implements everything (it resolves to ring at worst); tree is all-reduce and broadcast.
 bool implements(Algorithm algorithm, CollectiveKind kind) {
   if (algorithm == Algorithm::tree) return kind == CollectiveKind::all_reduce || kind == CollectiveKind::broadcast;
+  if (algorithm == Algorithm::nvls) return kind == CollectiveKind::all_reduce;
   return true;
 }
 
@@ -80,6 +82,9 @@ Schedule build_schedule(CollectiveKind kind, Algorithm algorithm, const std::vec
         break;
       case Algorithm::direct:
         schedule = direct_schedule(kind, p, bytes);
+        break;
+      case Algorithm::nvls:
+        schedule = nvls_schedule(kind, member_nodes, bytes);
         break;
       case Algorithm::automatic:
       case Algorithm::hierarchical:
@@ -147,6 +152,8 @@ double closed_form_time(CollectiveKind kind, Algorithm algorithm, int p, double 
       return rhd_closed_form(kind, p, bytes, alpha, beta);
     case Algorithm::direct:
       return direct_closed_form(kind, p, bytes, alpha, beta);
+    case Algorithm::nvls:
+      return nvls_closed_form(p, bytes, alpha, beta);
     case Algorithm::automatic:
     case Algorithm::hierarchical:
       break;

@@ -153,6 +153,9 @@ double rhd_closed_form(CollectiveKind kind, int p, double n, double a, double b)
 
 // direct.cpp: every member to every other member in one step.
 Schedule direct_schedule(CollectiveKind kind, int p, double bytes);
+Schedule nvls_schedule(CollectiveKind kind, const std::vector<int>& member_nodes, double bytes);
+double nvls_pair_bytes(int p, double n);  // each member's flow to each other member
+double nvls_closed_form(int p, double n, double a, double b);
 double direct_closed_form(CollectiveKind kind, int p, double n, double a, double b);
 
 // hierarchical.cpp: intra-node rings and inter-node rails. `full_m`: the node count of the group a

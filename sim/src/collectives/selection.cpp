@@ -6,6 +6,8 @@
 
 #include "common.hpp"
 
+#include "stratsim/sim/cost_model.hpp"
+
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -53,8 +55,26 @@ double ring_all_to_all_estimate(const std::vector<int>& member_nodes, double byt
   return total;
 }
 
+// Idle-platform time of one candidate. Under a cost model with protocols each candidate is priced
+// with the protocol NCCL would pair it with (cost_model.hpp choose_protocol), so that an algorithm
+// with few, fast steps (NVLS) is weighed against rings that pay their protocol's latency too.
 double candidate_time(CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes,
-                      const NodeLayout& layout, double bytes, const LinkCosts& costs) {
+                      const NodeLayout& layout, double bytes, const LinkCosts& costs, const NetworkModel* network) {
+  if (algorithm == Algorithm::nvls) return costs.nvls_alpha + bytes * (layout.g() + 1) / layout.g() * costs.nvls_beta;
+  if (network && !network->protocols.empty()) {
+    ScheduleCost parts;
+    if (algorithm == Algorithm::ring && kind == CollectiveKind::all_to_all) {
+      // Its p - 1 permutation steps without building p(p-1) flows (the latency is inside).
+      parts.bandwidth = ring_all_to_all_estimate(member_nodes, bytes, costs);
+      (layout.m() > 1 ? parts.inter_steps : parts.intra_steps) = static_cast<int>(member_nodes.size()) - 1;
+    } else {
+      parts = estimate_parts(build_schedule(kind, algorithm, member_nodes, bytes), member_nodes, costs);
+    }
+    const Protocol* protocol =
+        choose_protocol(*network, bytes, parts.latency, parts.intra_steps, parts.inter_steps, parts.bandwidth);
+    return protocol->base_latency + parts.latency + parts.intra_steps * protocol->step_latency_intra +
+           parts.inter_steps * protocol->step_latency_inter + parts.bandwidth / protocol->bandwidth_fraction;
+  }
   // Hierarchical phases are all-intra or all-inter, so its estimate is its closed form.
   if (algorithm == Algorithm::hierarchical)
     return hierarchical_closed_form_time(kind, layout.g(), layout.m(), bytes, costs);
@@ -71,7 +91,7 @@ double candidate_time(CollectiveKind kind, Algorithm algorithm, const std::vecto
 std::vector<Algorithm> nccl_candidates(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::all_reduce:
-      return {Algorithm::ring, Algorithm::tree, Algorithm::hierarchical};
+      return {Algorithm::ring, Algorithm::tree, Algorithm::hierarchical, Algorithm::nvls};
     case CollectiveKind::broadcast:  // NCCL broadcasts over rings only (trees are all-reduce's)
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter:
@@ -85,17 +105,24 @@ std::vector<Algorithm> nccl_candidates(CollectiveKind kind) {
 }  // namespace
 
 double estimate_time(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs) {
+  const ScheduleCost cost = estimate_parts(schedule, member_nodes, costs);
+  return cost.latency + cost.bandwidth;
+}
+
+ScheduleCost estimate_parts(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs) {
   check_costs(costs);
   const int p = static_cast<int>(member_nodes.size());
   std::vector<double> egress(p, 0.0), ingress(p, 0.0);
   std::vector<int> touched;
-  double total = 0;
+  ScheduleCost total;
   for (const SchedulePhase& phase : schedule.phases) {
     double alpha = 0;
+    bool crosses_nodes = false;
     for (const Flow& flow : phase.flows) {
       if (flow.src < 0 || flow.src >= p || flow.dst < 0 || flow.dst >= p)
         fail(fmt::format("phase '{}' has a flow {} -> {} outside the group of {}", phase.label, flow.src, flow.dst, p));
       const bool intra = member_nodes[flow.src] == member_nodes[flow.dst];
+      crosses_nodes = crosses_nodes || !intra;
       alpha = std::max(alpha, intra ? costs.alpha_intra : costs.alpha_inter);
       const double seconds = flow.bytes * (intra ? costs.beta_intra : costs.beta_inter);
       touched.push_back(flow.src);
@@ -109,13 +136,15 @@ double estimate_time(const Schedule& schedule, const std::vector<int>& member_no
       egress[member] = ingress[member] = 0;
     }
     touched.clear();
-    total += phase.latency_steps * alpha + bandwidth;
+    total.latency += phase.latency_steps * alpha;
+    if (!phase.flows.empty()) (crosses_nodes ? total.inter_steps : total.intra_steps) += phase.latency_steps;
+    total.bandwidth += bandwidth;
   }
   return total;
 }
 
 Algorithm select_algorithm(CollectiveKind kind, const std::vector<int>& member_nodes, double bytes,
-                           const LinkCosts& costs) {
+                           const LinkCosts& costs, const NetworkModel* network) {
   check_group_size(static_cast<long long>(member_nodes.size()));
   check_bytes(bytes);
   check_costs(costs);
@@ -129,7 +158,8 @@ Algorithm select_algorithm(CollectiveKind kind, const std::vector<int>& member_n
     if (!implements(algorithm, kind)) continue;
     if (algorithm == Algorithm::direct && p > kDirectMaxMembers) continue;
     if (algorithm == Algorithm::hierarchical && !layout.hierarchical()) continue;
-    const double time = candidate_time(kind, algorithm, member_nodes, layout, bytes, costs);
+    if (algorithm == Algorithm::nvls && (costs.nvls_beta <= 0 || layout.m() != 1)) continue;
+    const double time = candidate_time(kind, algorithm, member_nodes, layout, bytes, costs, network);
     if (time < best_time * (1 - kTieTolerance)) {
       best = algorithm;
       best_time = time;

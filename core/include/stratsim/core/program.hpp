@@ -59,6 +59,12 @@ enum class OpRole {
 };
 std::string_view op_role_name(OpRole role);
 
+struct GemmShape {
+  std::int64_t m = 0, n = 0, k = 0;
+  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
+  bool operator==(const GemmShape&) const = default;
+};
+
 struct ProgramOp {
   int id = 0;
   int iteration = 1;  // 1-based training micro-step
@@ -73,6 +79,11 @@ struct ProgramOp {
   std::string op_class;  // gemm, elementwise, norm, embedding, attention, optimizer
   double flops = 0;
   std::int64_t bytes_accessed = 0;
+  // The matrix multiplies a gemm op runs, as cuBLAS sees them: C[m,n] = A[m,k] B[k,n]. A linear
+  // layer's forward is one (tokens, out, in); its backward is grad_input (tokens, in, out) when the
+  // input needs a gradient and grad_weight (out, in, tokens). GEMM efficiency depends on the shape
+  // (sim's cost model), so the simulator needs them, not only the FLOPs.
+  std::vector<GemmShape> gemms;
 
   // collective
   CollectiveKind kind = CollectiveKind::all_reduce;

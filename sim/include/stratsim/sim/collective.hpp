@@ -20,9 +20,10 @@
 
 namespace stratsim::sim {
 
-enum class Algorithm { automatic, ring, tree, recursive_halving_doubling, direct, hierarchical };
+enum class Algorithm { automatic, ring, tree, recursive_halving_doubling, direct, hierarchical, nvls };
 
-std::string_view algorithm_name(Algorithm algorithm);  // "ring", "tree", "rhd", "direct", "hierarchical", "auto"
+std::string_view algorithm_name(
+    Algorithm algorithm);  // "ring", "tree", "rhd", "direct", "hierarchical", "nvls", "auto"
 std::optional<Algorithm> parse_algorithm(std::string_view text);
 
 struct Flow {
@@ -67,6 +68,9 @@ Schedule build_folded_schedule(core::CollectiveKind kind, Algorithm algorithm, c
 struct LinkCosts {
   double alpha_intra = 0, beta_intra = 0;  // seconds, seconds per byte
   double alpha_inter = 0, beta_inter = 0;
+  // In-switch reduction (NVLS, all-reduce inside a node): its fixed cost and seconds per byte on a
+  // GPU's link; nvls_beta = 0 when the platform's switches cannot reduce.
+  double nvls_alpha = 0, nvls_beta = 0;
 };
 
 // Closed-form time on a uniform platform (every member pair alpha, beta; each member sends and
@@ -80,12 +84,26 @@ double hierarchical_closed_form_time(core::CollectiveKind kind, int g, int m, do
 // Estimated idle-platform time of a schedule: for each phase, latency_steps * alpha plus the
 // largest per-member egress or ingress bytes times beta (intra or inter by the flow's nodes).
 double estimate_time(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs);
+// The same estimate in its parts: route latency (sum of latency_steps x alpha), the latency
+// steps inside nodes and between them, and transfer time (latency + bandwidth = estimate_time). Protocol choice
+// (cost_model.hpp) weighs them differently.
+struct ScheduleCost {
+  double latency = 0;
+  int intra_steps = 0;  // latency steps of phases whose flows all stay inside a node
+  int inter_steps = 0;  // latency steps of phases with a flow between nodes
+  double bandwidth = 0;
+};
+ScheduleCost estimate_parts(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs);
 
 // NCCL-like default: among the algorithms NCCL would run for `kind` (all_reduce: ring, tree,
-// hierarchical; broadcast, all_gather and reduce_scatter: ring, hierarchical; all_to_all: ring,
+// hierarchical, nvls; broadcast, all_gather and reduce_scatter: ring, hierarchical; all_to_all: ring,
 // hierarchical, direct up to 64 members) and that fit the group shape, the one with the lowest
 // estimate_time (ties in that order). rhd is never chosen automatically. Deterministic.
+// With a network cost model that has protocols (cost_model.hpp), each candidate is priced with the
+// protocol NCCL would pair it with; nvls is a candidate for all-reduce inside one node when
+// costs.nvls_beta > 0.
+struct NetworkModel;
 Algorithm select_algorithm(core::CollectiveKind kind, const std::vector<int>& member_nodes, double bytes,
-                           const LinkCosts& costs);
+                           const LinkCosts& costs, const NetworkModel* network = nullptr);
 
 }  // namespace stratsim::sim

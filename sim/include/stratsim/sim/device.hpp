@@ -1,10 +1,13 @@
-// A device's speed and the roofline model that turns a compute op's FLOPs and bytes into seconds.
+// A device's speed and the compute model that turns a compute op's FLOPs, bytes and GEMM shapes
+// into seconds.
 #pragma once
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "stratsim/core/dtype.hpp"
+#include "stratsim/core/json_reader.hpp"
 #include "stratsim/core/program.hpp"
 
 namespace stratsim::sim {
@@ -19,29 +22,56 @@ struct DeviceSpec {
   double peak_for(core::DType dtype) const;
 };
 
-// Fraction of the peak an op class reaches: FLOP/s and memory bandwidth separately.
+// Fraction of the peak an op class reaches: FLOP/s and memory bandwidth separately, and FLOP/s in
+// backward where it differs (flash attention's backward reaches less of the peak than its forward).
 struct OpClassEfficiency {
   double flops = 1.0;
   double memory = 1.0;
+  double backward_flops = 0;  // 0: as `flops`
+  double flops_for(core::Phase phase) const {
+    return phase == core::Phase::backward && backward_flops > 0 ? backward_flops : flops;
+  }
 };
 
-// Roofline: time = max(flops / (peak(dtype) * e.flops), bytes / (bandwidth * e.memory)) + launch.
-// The default efficiencies are documented in sim/README.md; a JSON/YAML file overrides them:
-//   {"launch_overhead_us": 4, "op_classes": {"gemm": {"flops": 0.75, "memory": 0.8}}}
+// GEMM efficiency (fraction of the dtype's dense peak) measured on a grid of shapes, interpolated
+// linearly in log2(m), log2(n), log2(k) and clamped at the grid's edges: efficiency rises with
+// each dimension until the tiles fill the SMs, so a log scale keeps the steps between measured
+// sizes even.
+struct GemmTable {
+  std::vector<double> m, n, k;     // ascending sizes, at least one each
+  std::vector<double> efficiency;  // m.size() x n.size() x k.size() values, k fastest
+  double at(double m, double n, double k) const;
+};
+
+// Roofline per op, with a measured GEMM efficiency where the model has one for the op's shapes:
+//   math   = sum over its GEMMs of 2mnk / (peak(dtype) x gemm_efficiency(m, n, k)),
+//            plus any other FLOPs at peak x e.flops (ops without shapes: all of them);
+//   memory = bytes / (HBM x e.memory);
+//   time   = max(math, memory, kernels x kernel_floor) + launch_overhead,
+// where kernels is the number of GEMMs (at least 1). The preset cost models (cost_model.hpp) fill
+// it from published figures; a JSON/YAML file overrides members (sim/README.md "Cost model"):
+//   {"launch_overhead_us": 4, "kernel_floor_us": 3, "op_classes": {"gemm": {"flops": 0.75}},
+//    "gemm": {"bfloat16": {"m": [...], "n": [...], "k": [...], "efficiency": [...]}}}
 class ComputeModel {
  public:
-  static ComputeModel defaults();
-  // Throws core::InputError naming the file and field on bad input.
+  static ComputeModel ideal();     // every efficiency 1, no floor, no launch cost: the bare roofline
+  static ComputeModel defaults();  // the round figures used before measured models (cpu preset)
+  // Throws core::InputError naming the file and field on bad input; all or nothing.
   void apply_overrides(const std::string& path);
+  void apply(const core::JsonReader& root);  // the same, from a parsed document (a cost model's "compute")
 
   double duration(const core::ProgramOp& op, const DeviceSpec& device) const;  // seconds
   const OpClassEfficiency& efficiency(const std::string& op_class) const;      // "other" when unknown
   const std::map<std::string, OpClassEfficiency>& efficiencies() const { return efficiency_; }
+  const std::map<core::DType, GemmTable>& gemm_tables() const { return gemm_; }
   double launch_overhead() const { return launch_overhead_; }
+  double kernel_floor() const { return kernel_floor_; }
 
  private:
   std::map<std::string, OpClassEfficiency> efficiency_;
-  double launch_overhead_ = 0;  // seconds per compute op
+  std::map<core::DType, GemmTable> gemm_;
+  double launch_overhead_ = 0;  // seconds per compute op, added (dispatch not hidden by the GPU queue)
+  double kernel_floor_ = 0;     // seconds: no kernel finishes faster
 };
 
 }  // namespace stratsim::sim

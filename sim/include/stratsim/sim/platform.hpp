@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "stratsim/sim/cost_model.hpp"
 #include "stratsim/sim/device.hpp"
 
 namespace simgrid::s4u {
@@ -45,11 +46,17 @@ struct PlatformSpec {
 
   std::string xml_file;  // kind == xml
 
+  // What the device and network achieve (cost_model.hpp): the preset's published model by
+  // default, CostModel::ideal() with `model=ideal`, a file's with `cost_model:` in a description.
+  CostModel cost;
+
   int device_count() const { return nodes * gpus_per_node; }  // not meaningful for xml until built
 };
 
-// "h100" | "h100:nodes=4,gpus=8,nic=gpu|node,fabric=fat-tree|spine-leaf,oversub=2,nic_gbps=400,..."
-// | "cpu:procs=4" | a SimGrid .xml file | a .json/.yaml platform description. Throws InputError.
+// "h100" | "h100:nodes=4,gpus=8,nic=gpu|node,fabric=fat-tree|spine-leaf,oversub=2,nic_gbps=400,
+// model=ideal|published,..." | "cpu:procs=4" | a SimGrid .xml file | a .json/.yaml platform
+// description (the same keys, plus `cost_model:` a file or an inline cost model applied over the
+// preset's). Throws InputError.
 PlatformSpec parse_platform(const std::string& text);
 
 struct PresetInfo {

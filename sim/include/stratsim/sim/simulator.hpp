@@ -58,7 +58,6 @@ std::string_view rank_mode_name(RankMode mode);  // "automatic", "representative
 struct SimOptions {
   RankMode mode = RankMode::automatic;  // automatic: representative unless stragglers are given
   std::map<core::CollectiveKind, Algorithm> algorithms;  // overrides of the automatic selection
-  ComputeModel compute = ComputeModel::defaults();
   std::map<int, double> stragglers;  // rank -> compute slowdown factor (>= 1); forces full mode
   bool progress = false;             // draw a progress bar on stderr
   bool fold = true;                  // representative mode: fold the network by node symmetry (see below)

@@ -1,0 +1,83 @@
+// The cost model: what a device and its network achieve in practice, beside what their datasheets
+// say (platform.hpp holds those). It is data, not code. Each preset's model is a YAML file under
+// sim/cost-models/, with the source of every number, compiled into the binary and read by the same
+// parser as a user's file (`cost_model:` in a platform description). With every factor at 1
+// (CostModel::ideal(), `--platform h100:model=ideal`) the simulator gives the bare roofline and the
+// alpha-beta closed forms of the collectives.
+//
+// What it covers (sim/README.md "Cost model" documents the file):
+//  - compute (ComputeModel, device.hpp): GEMM efficiency by shape and dtype, achieved fractions of
+//    peak math and HBM bandwidth per op class, a kernel launch floor;
+//  - the network: achieved fraction of each link class's rate, and NCCL's protocols (LL, LL128,
+//    Simple), each with the share of the link that carries data and its latencies; a collective
+//    runs the protocol with the lowest estimated time, as NCCL's tuner picks;
+//  - interference: compute and communication kernels that run at the same time on one device
+//    slow each other (SMs and HBM shared; on a CPU host, cores).
+#pragma once
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "stratsim/core/json_reader.hpp"
+#include "stratsim/sim/device.hpp"
+
+namespace stratsim::sim {
+
+// One NCCL protocol. LL moves 8-byte lines holding 4 bytes of data and a flag (half the link),
+// LL128 128-byte lines holding 120, Simple whole buffers behind memory fences (all of the link,
+// but a synchronisation per step).
+struct Protocol {
+  std::string name;               // "LL", "LL128", "Simple"
+  double bandwidth_fraction = 1;  // share of the achieved link bandwidth that carries data, (0, 1]
+  double base_latency = 0;        // seconds per collective: launch and set-up (replaces the platform's overhead)
+  // Seconds added per algorithm step beyond the route's own latency (flag polling, fences), for
+  // steps inside a node (NVLink) and steps between nodes (NIC): NCCL's hwLat less the link latency.
+  double step_latency_intra = 0;
+  double step_latency_inter = 0;
+  double max_bytes = std::numeric_limits<double>::infinity();  // not used for larger collectives (n, bytes)
+};
+
+struct NetworkModel {
+  // Achieved fraction of the line rate per link class, at large sizes: the platform's links are
+  // built at rate x efficiency, so contention and utilisation see what the hardware delivers.
+  double nvlink_efficiency = 1;     // GPU <-> NVSwitch
+  double nic_efficiency = 1;        // NIC and fabric links
+  double loopback_efficiency = 1;   // cpu host: per-process loopback and shared memory copies
+  std::vector<Protocol> protocols;  // empty: one ideal protocol (whole link, the platform's overhead)
+  // NVLS (NVLink SHARP): the NVSwitch reduces all-reduces inside a node. fraction 0: the switch
+  // cannot (A100's NVSwitch, CPU hosts). Its link share and latency are its own, not a protocol's.
+  double nvls_bandwidth_fraction = 0;
+  double nvls_base_latency = 0;
+};
+
+struct Interference {
+  double compute_slowdown = 1;        // a compute op that starts while a collective of its rank is in flight
+  double communication_slowdown = 1;  // a collective that starts while its rank computes moves its bytes slower
+};
+
+struct CostModel {
+  std::string name = "ideal";  // "h100 (published)", "ideal", the file it came from
+  ComputeModel compute = ComputeModel::ideal();
+  NetworkModel network;
+  Interference interference;
+  std::vector<std::string> sources;  // where the numbers come from, as the file says
+
+  static CostModel ideal();
+  // The compiled-in model of a preset: "a100", "h100", "h200", "cpu". Throws InputError otherwise.
+  static CostModel preset(const std::string& name);
+
+  // Reads a cost-model document over this model: members it has replace, members it lacks keep
+  // their values. All or nothing: on error (InputError naming the file and field) nothing changes.
+  void apply(const core::JsonReader& root);
+  void apply_file(const std::string& path);
+};
+
+// The protocol NCCL's tuner would pick for a collective whose idle-platform schedule costs
+// `latency` seconds of route latency over intra_steps + inter_steps steps and `bandwidth` seconds
+// of transfer on the ideal protocol: the lowest base + latency + steps x step latencies +
+// bandwidth / fraction among the protocols allowed for `bytes`. Null when the model has none.
+const Protocol* choose_protocol(const NetworkModel& network, double bytes, double latency, int intra_steps,
+                                int inter_steps, double bandwidth);
+
+}  // namespace stratsim::sim

@@ -1,0 +1,150 @@
+// Cost models: the ideal one, the compiled-in preset files, the reader of the documented format,
+// and NCCL-style protocol choice.
+#include "stratsim/sim/cost_model.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "cost_model_data.hpp"
+#include "stratsim/core/errors.hpp"
+
+namespace stratsim::sim {
+namespace {
+
+double read_fraction(const core::JsonReader& node) {
+  const double value = node.as_number();
+  if (!(value > 0 && value <= 1)) node.fail(fmt::format("expected a fraction in (0, 1], got {}", value));
+  return value;
+}
+
+double read_slowdown(const core::JsonReader& node) {
+  const double value = node.as_number();
+  if (!(value >= 1 && value <= 100)) node.fail(fmt::format("expected a slowdown factor from 1 to 100, got {}", value));
+  return value;
+}
+
+double read_microseconds(const core::JsonReader& node) {
+  const double us = node.as_number();
+  if (!(us >= 0 && us <= 1e6)) node.fail(fmt::format("expected microseconds from 0 to 1e6, got {}", us));
+  return us * 1e-6;
+}
+
+void read_link_efficiency(const core::JsonReader& node, NetworkModel& network) {
+  node.expect_object();
+  node.allow_only({"nvlink", "nic", "loopback", "source"});
+  if (node.has("nvlink")) network.nvlink_efficiency = read_fraction(node.at("nvlink"));
+  if (node.has("nic")) network.nic_efficiency = read_fraction(node.at("nic"));
+  if (node.has("loopback")) network.loopback_efficiency = read_fraction(node.at("loopback"));
+}
+
+Protocol read_protocol(const core::JsonReader& node) {
+  node.expect_object();
+  node.allow_only({"name", "bandwidth_fraction", "base_latency_us", "step_latency_us", "max_bytes", "source"});
+  Protocol protocol;
+  protocol.name = node.at("name").as_string();
+  if (protocol.name.empty()) node.at("name").fail("expected a protocol name");
+  protocol.bandwidth_fraction = read_fraction(node.at("bandwidth_fraction"));
+  if (node.has("base_latency_us")) protocol.base_latency = read_microseconds(node.at("base_latency_us"));
+  if (node.has("step_latency_us")) {
+    // One number for every step, or {nvlink: .., nic: ..}.
+    const core::JsonReader steps = node.at("step_latency_us");
+    if (steps.is_object()) {
+      steps.allow_only({"nvlink", "nic"});
+      if (steps.has("nvlink")) protocol.step_latency_intra = read_microseconds(steps.at("nvlink"));
+      if (steps.has("nic")) protocol.step_latency_inter = read_microseconds(steps.at("nic"));
+    } else {
+      protocol.step_latency_intra = protocol.step_latency_inter = read_microseconds(steps);
+    }
+  }
+  if (node.has("max_bytes")) {
+    const double bytes = node.at("max_bytes").as_number();
+    if (!(bytes > 0)) node.at("max_bytes").fail(fmt::format("expected a positive number of bytes, got {}", bytes));
+    protocol.max_bytes = bytes;
+  }
+  return protocol;
+}
+
+void read_network(const core::JsonReader& node, NetworkModel& network) {
+  node.expect_object();
+  node.allow_only({"link_efficiency", "protocols", "nvls", "source"});
+  if (node.has("link_efficiency")) read_link_efficiency(node.at("link_efficiency"), network);
+  if (node.has("nvls")) {
+    const core::JsonReader nvls = node.at("nvls");
+    nvls.expect_object();
+    nvls.allow_only({"bandwidth_fraction", "base_latency_us", "source"});
+    network.nvls_bandwidth_fraction = read_fraction(nvls.at("bandwidth_fraction"));
+    network.nvls_base_latency = nvls.has("base_latency_us") ? read_microseconds(nvls.at("base_latency_us")) : 0;
+  }
+  if (node.has("protocols")) {
+    const core::JsonReader list = node.at("protocols");
+    list.expect_array();
+    network.protocols.clear();
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      Protocol protocol = read_protocol(list.at(i));
+      for (const Protocol& other : network.protocols)
+        if (other.name == protocol.name) list.at(i).at("name").fail("protocol named twice");
+      network.protocols.push_back(std::move(protocol));
+    }
+    // Every collective must have a protocol, however large.
+    bool unbounded = network.protocols.empty();
+    for (const Protocol& protocol : network.protocols) unbounded = unbounded || std::isinf(protocol.max_bytes);
+    if (!unbounded) list.fail("expected at least one protocol without max_bytes (it carries the largest collectives)");
+  }
+}
+
+void read_interference(const core::JsonReader& node, Interference& interference) {
+  node.expect_object();
+  node.allow_only({"compute_slowdown", "communication_slowdown", "source"});
+  if (node.has("compute_slowdown")) interference.compute_slowdown = read_slowdown(node.at("compute_slowdown"));
+  if (node.has("communication_slowdown"))
+    interference.communication_slowdown = read_slowdown(node.at("communication_slowdown"));
+}
+
+}  // namespace
+
+CostModel CostModel::ideal() { return CostModel{}; }
+
+CostModel CostModel::preset(const std::string& name) {
+  for (const detail::CostModelFile& file : detail::cost_model_files())
+    if (name == file.preset) {
+      CostModel model;
+      const std::string origin = fmt::format("sim/cost-models/{}.yaml", file.preset);
+      const nlohmann::json document = core::parse_document(file.text, origin, true);
+      model.apply(core::JsonReader(document, origin));
+      return model;
+    }
+  throw core::InputError(fmt::format("no cost model for preset \"{}\"", name));
+}
+
+void CostModel::apply(const core::JsonReader& root) {
+  root.expect_object();
+  root.allow_only({"name", "sources", "compute", "network", "interference"});
+  CostModel updated = *this;
+  updated.name = root.has("name") ? root.at("name").as_string() : root.file();
+  if (root.has("sources")) updated.sources = root.get_string_list("sources");
+  if (root.has("compute")) updated.compute.apply(root.at("compute"));
+  if (root.has("network")) read_network(root.at("network"), updated.network);
+  if (root.has("interference")) read_interference(root.at("interference"), updated.interference);
+  *this = std::move(updated);
+}
+
+void CostModel::apply_file(const std::string& path) {
+  const nlohmann::json document = core::load_document(path);
+  apply(core::JsonReader(document, path));
+}
+
+const Protocol* choose_protocol(const NetworkModel& network, double bytes, double latency, int intra_steps,
+                                int inter_steps, double bandwidth) {
+  const Protocol* best = nullptr;
+  double best_time = 0;
+  for (const Protocol& protocol : network.protocols) {
+    if (bytes > protocol.max_bytes) continue;
+    const double time = protocol.base_latency + latency + intra_steps * protocol.step_latency_intra +
+                        inter_steps * protocol.step_latency_inter + bandwidth / protocol.bandwidth_fraction;
+    if (!best || time < best_time) best = &protocol, best_time = time;  // ties: the first listed
+  }
+  return best;
+}
+
+}  // namespace stratsim::sim

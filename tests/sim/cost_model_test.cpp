@@ -1,0 +1,257 @@
+// The cost model (sim/cost_model.hpp, device.hpp): the preset files, the reader's errors, GEMM
+// efficiency by shape, protocol choice, NVLS, and what each does to simulated time, against
+// hand-worked figures.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "sim_test_support.hpp"
+#include "stratsim/core/errors.hpp"
+#include "stratsim/sim/collective.hpp"
+#include "stratsim/sim/cost_model.hpp"
+#include "stratsim/sim/simulator.hpp"
+
+namespace stratsim::test {
+namespace {
+
+using core::CollectiveKind;
+using core::InputError;
+using sim::CostModel;
+
+const std::string kData = std::string(STRATSIM_TEST_DATA) + "/cost_models/";
+
+std::string apply_error(const std::string& file) {
+  CostModel model = CostModel::preset("h100");
+  const CostModel before = model;
+  try {
+    model.apply_file(kData + file);
+  } catch (const InputError& error) {
+    // All or nothing: the model is as it was.
+    EXPECT_EQ(model.name, before.name);
+    EXPECT_EQ(model.network.protocols.size(), before.network.protocols.size());
+    EXPECT_DOUBLE_EQ(model.network.nvlink_efficiency, before.network.nvlink_efficiency);
+    return error.what();
+  }
+  return "";
+}
+
+TEST(CostModelPresets, EveryPresetLoadsWithItsSources) {
+  for (const char* preset : {"a100", "h100", "h200"}) {
+    SCOPED_TRACE(preset);
+    const CostModel model = CostModel::preset(preset);
+    EXPECT_EQ(model.name, std::string(preset) + " (published)");
+    EXPECT_GE(model.sources.size(), 8u);
+    ASSERT_EQ(model.compute.gemm_tables().count(core::DType::bfloat16), 1u);
+    const sim::GemmTable& table = model.compute.gemm_tables().at(core::DType::bfloat16);
+    EXPECT_EQ(table.efficiency.size(), table.m.size() * table.n.size() * table.k.size());
+    EXPECT_EQ(model.compute.gemm_tables().at(core::DType::float16).efficiency, table.efficiency);  // YAML alias
+    ASSERT_EQ(model.network.protocols.size(), 3u);
+    EXPECT_EQ(model.network.protocols[2].name, "Simple");
+    EXPECT_GT(model.interference.compute_slowdown, 1);
+  }
+  // Only Hopper's NVSwitch reduces (NVLS); the A100's does not.
+  EXPECT_GT(CostModel::preset("h100").network.nvls_bandwidth_fraction, 0);
+  EXPECT_EQ(CostModel::preset("a100").network.nvls_bandwidth_fraction, 0);
+  // Published large-GEMM efficiency (MAMF) at the top of the table.
+  EXPECT_NEAR(CostModel::preset("h100").compute.gemm_tables().at(core::DType::bfloat16).at(16384, 16384, 16384),
+              792.1 / 989, 1e-3);
+  EXPECT_NEAR(CostModel::preset("a100").compute.gemm_tables().at(core::DType::bfloat16).at(16384, 16384, 16384),
+              267.9 / 312, 1e-3);
+  EXPECT_THROW(CostModel::preset("tpu"), InputError);
+}
+
+TEST(CostModelPresets, IdealIsEveryFactorOne) {
+  const CostModel ideal = CostModel::ideal();
+  EXPECT_EQ(ideal.name, "ideal");
+  EXPECT_TRUE(ideal.network.protocols.empty());
+  EXPECT_EQ(ideal.network.nvlink_efficiency, 1);
+  EXPECT_EQ(ideal.network.nic_efficiency, 1);
+  EXPECT_EQ(ideal.interference.compute_slowdown, 1);
+  EXPECT_EQ(ideal.compute.efficiency("gemm").flops, 1);
+  EXPECT_EQ(ideal.compute.kernel_floor(), 0);
+  EXPECT_EQ(sim::parse_platform("h100:model=ideal").cost.name, "ideal");
+  EXPECT_EQ(sim::parse_platform("h100:model=published").cost.name, "h100 (published)");
+}
+
+TEST(CostModelFile, ErrorsNameFileAndField) {
+  EXPECT_EQ(apply_error("bad_fraction.yaml"),
+            kData + "bad_fraction.yaml: network.link_efficiency.nvlink: expected a fraction in (0, 1], got 1.2");
+  EXPECT_EQ(apply_error("bad_protocol.yaml"),
+            kData + "bad_protocol.yaml: network.protocols[1].name: protocol named twice");
+  EXPECT_EQ(apply_error("bounded_protocols.yaml"),
+            kData +
+                "bounded_protocols.yaml: network.protocols: expected at least one protocol without max_bytes (it "
+                "carries the largest collectives)");
+  EXPECT_EQ(
+      apply_error("bad_gemm.yaml"),
+      kData + "bad_gemm.yaml: compute.gemm.bfloat16.efficiency: expected 2 x 2 x 1 = 4 values (k fastest), got 3");
+  EXPECT_EQ(apply_error("bad_axis.yaml"),
+            kData + "bad_axis.yaml: compute.gemm.bfloat16.m[1]: expected sizes in ascending order");
+  EXPECT_EQ(
+      apply_error("bad_key.yaml"),
+      kData + "bad_key.yaml: netwrok: unknown field (expected one of: name, sources, compute, network, interference)");
+  EXPECT_EQ(
+      apply_error("bad_slowdown.yaml"),
+      kData + "bad_slowdown.yaml: interference.compute_slowdown: expected a slowdown factor from 1 to 100, got 0.5");
+  EXPECT_EQ(apply_error("missing.yaml"), kData + "missing.yaml: cannot open file");
+}
+
+TEST(CostModelFile, MembersItLacksKeepTheirValues) {
+  CostModel model = CostModel::preset("h100");
+  model.apply_file(kData + "partial.yaml");
+  EXPECT_EQ(model.name, "partial");
+  EXPECT_DOUBLE_EQ(model.network.nvlink_efficiency, 0.5);
+  EXPECT_DOUBLE_EQ(model.network.nic_efficiency, 0.97);  // the preset's
+  EXPECT_EQ(model.network.protocols.size(), 3u);
+  EXPECT_DOUBLE_EQ(model.compute.efficiency("attention").flops, 0.35);
+}
+
+// Trilinear in log2 of each size, exact at the grid's points, clamped outside it.
+TEST(GemmTable, InterpolatesInLogSizeAndClamps) {
+  sim::GemmTable table;
+  table.m = {1024, 4096};
+  table.n = {1024};
+  table.k = {256, 1024};
+  table.efficiency = {0.2, 0.4, 0.6, 0.8};  // (m, k): (1024,256) (1024,1024) (4096,256) (4096,1024)
+  EXPECT_DOUBLE_EQ(table.at(1024, 1024, 256), 0.2);
+  EXPECT_DOUBLE_EQ(table.at(4096, 1024, 1024), 0.8);
+  EXPECT_DOUBLE_EQ(table.at(2048, 1024, 256), 0.4);  // halfway in log2(m): (0.2 + 0.6) / 2
+  EXPECT_DOUBLE_EQ(table.at(2048, 1024, 512), 0.5);  // halfway in both
+  EXPECT_DOUBLE_EQ(table.at(64, 7, 64), 0.2);        // clamped below on every axis
+  EXPECT_DOUBLE_EQ(table.at(1 << 20, 1 << 20, 1 << 20), 0.8);
+}
+
+// A linear layer's GEMMs priced one by one at their own efficiency, never under the floor.
+TEST(ComputeModel, GemmShapesUseTheTableAndTheFloor) {
+  CostModel model = CostModel::ideal();
+  model.apply_file(kData + "gemm_only.yaml");  // bf16 table: 0.5 below 1024 rows, 1.0 from 4096
+  sim::DeviceSpec device;
+  device.peak_flops[core::DType::bfloat16] = 1e15;
+  device.memory_bandwidth = 1e12;
+  core::ProgramOp op;
+  op.op_class = "gemm";
+  op.dtype = core::DType::bfloat16;
+  op.gemms = {{1024, 1024, 1024}, {4096, 1024, 1024}};
+  op.flops = op.gemms[0].flops() + op.gemms[1].flops();
+  // 2.147e9 flops at 0.5 of 1e15 + 8.59e9 at 1.0 of 1e15.
+  EXPECT_NEAR(model.compute.duration(op, device), 2.147483648e9 / 0.5e15 + 8.589934592e9 / 1e15, 1e-15);
+  op.gemms = {{64, 64, 64}, {64, 64, 64}};
+  op.flops = op.gemms[0].flops() * 2;
+  EXPECT_DOUBLE_EQ(model.compute.duration(op, device), 6e-6);  // two kernels, 3 us floor each
+  // Without shapes the op class's efficiency applies (1 in the ideal model).
+  op.gemms.clear();
+  op.flops = 1e12;
+  EXPECT_DOUBLE_EQ(model.compute.duration(op, device), 1e-3);
+  // Backward FLOPs at the class's backward efficiency.
+  op.op_class = "attention";
+  op.phase = core::Phase::backward;
+  EXPECT_DOUBLE_EQ(model.compute.duration(op, device), 1e12 / (0.25 * 1e15));
+}
+
+TEST(Protocols, TheTunerPicksTheFastestAllowed) {
+  sim::NetworkModel network;
+  network.protocols = {{"LL", 0.25, 2e-6, 0, 0, std::numeric_limits<double>::infinity()},
+                       {"Simple", 1.0, 10e-6, 5e-6, 5e-6, std::numeric_limits<double>::infinity()}};
+  // Small: latency wins. 14 steps, 1 us of transfer: LL 2 + 4 = 6 us, Simple 10 + 70 + 1 = 81 us.
+  EXPECT_EQ(sim::choose_protocol(network, 1e3, 0, 14, 0, 1e-6)->name, "LL");
+  // Large: bandwidth wins. 1 ms of transfer: LL 4 ms, Simple 1.08 ms.
+  EXPECT_EQ(sim::choose_protocol(network, 1e9, 0, 14, 0, 1e-3)->name, "Simple");
+  network.protocols[1].max_bytes = 1e6;
+  network.protocols[0].max_bytes = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(sim::choose_protocol(network, 1e9, 0, 14, 0, 1e-3)->name, "LL");  // Simple not allowed that large
+  EXPECT_EQ(sim::choose_protocol(sim::NetworkModel{}, 1e9, 0, 14, 0, 1e-3), nullptr);
+}
+
+// One ring all-reduce under a single protocol: its base latency replaces the collective overhead,
+// each of the 2(p-1) steps pays the step latency, and the wire carries bytes / fraction.
+TEST(Protocols, RingAllReduceTimeUnderAProtocol) {
+  core::Program program = empty_program({4}, {"world"});
+  add_collective(program, CollectiveKind::all_reduce, 64e6, {0});
+  sim::PlatformSpec platform = uniform_star(4, 100e9, 1e-6);
+  platform.cost.network.protocols = {{"Half", 0.5, 20e-6, 3e-6, 3e-6, std::numeric_limits<double>::infinity()}};
+  const sim::SimResult result = sim::simulate(program, platform);
+  ASSERT_EQ(result.collectives.size(), 1u);
+  EXPECT_EQ(result.collectives[0].algorithm, "ring/Half");
+  const double alpha = 2e-6, beta = 1 / 100e9;  // a route crosses two 1 us links
+  const double expected = 20e-6 + 6 * (alpha + 3e-6) + 2 * 0.75 * 64e6 * beta / 0.5;
+  EXPECT_NEAR(result.collectives[0].end - result.collectives[0].start, expected, 1e-9 * expected);
+}
+
+// Links are built at their achieved rate: a link efficiency of 0.5 doubles a ring's transfer.
+TEST(LinkEfficiency, HalvesTheLinkRate) {
+  core::Program program = empty_program({4}, {"world"});
+  add_collective(program, CollectiveKind::all_gather, 64e6, {0});
+  sim::PlatformSpec platform = uniform_star(4, 100e9, 1e-6);
+  platform.cost.network.nvlink_efficiency = 0.5;
+  const sim::SimResult result = sim::simulate(program, platform);
+  const double expected =
+      sim::closed_form_time(CollectiveKind::all_gather, sim::Algorithm::ring, 4, 64e6, 2e-6, 1 / 50e9);
+  EXPECT_NEAR(result.collectives[0].end - result.collectives[0].start, expected, 1e-9 * expected);
+}
+
+// NVLS: each GPU's link carries n (1 + 1/p) each way in one phase of two latency steps.
+TEST(Nvls, ScheduleLoadsEachLinkWithNTimesOnePlusOneOverP) {
+  const std::vector<int> one_node(8, 0);
+  const sim::Schedule schedule = sim::build_schedule(CollectiveKind::all_reduce, sim::Algorithm::nvls, one_node, 8e6);
+  ASSERT_EQ(schedule.phases.size(), 1u);
+  EXPECT_EQ(schedule.phases[0].latency_steps, 2);
+  std::vector<double> out(8, 0), in(8, 0);
+  for (const sim::Flow& flow : schedule.phases[0].flows) out[flow.src] += flow.bytes, in[flow.dst] += flow.bytes;
+  for (int g = 0; g < 8; ++g) {
+    EXPECT_NEAR(out[g], 8e6 * 9 / 8, 1e-3);
+    EXPECT_NEAR(in[g], 8e6 * 9 / 8, 1e-3);
+  }
+  EXPECT_DOUBLE_EQ(sim::closed_form_time(CollectiveKind::all_reduce, sim::Algorithm::nvls, 8, 8e6, 1e-6, 1e-9),
+                   2e-6 + 8e6 * 9 / 8 * 1e-9);
+  EXPECT_THROW(sim::build_schedule(CollectiveKind::all_reduce, sim::Algorithm::nvls, {0, 0, 1, 1}, 8e6),
+               std::invalid_argument);
+  EXPECT_FALSE(sim::implements(sim::Algorithm::nvls, CollectiveKind::all_gather));
+}
+
+// The engine runs it at the model's NVLS share of the link, after its base latency, and the
+// selector prefers it for large all-reduces inside a node; across nodes it is not a candidate.
+TEST(Nvls, SimulatedTimeAndSelection) {
+  core::Program program = empty_program({8}, {"world"});
+  add_collective(program, CollectiveKind::all_reduce, 1e9, {0});
+  sim::PlatformSpec platform = uniform_star(8, 100e9, 1e-6);
+  platform.cost.network.nvls_bandwidth_fraction = 0.8;
+  platform.cost.network.nvls_base_latency = 50e-6;
+  const sim::SimResult result = sim::simulate(program, platform);
+  // 50 us + 2 alpha + 1.125 GB at 80 GB/s = 14.1 ms, against the ring's 2 x 7/8 GB at 100 GB/s.
+  EXPECT_EQ(result.collectives[0].algorithm, "nvls");
+  const double expected = 50e-6 + 2 * 2e-6 + 1e9 * 9 / 8 / (0.8 * 100e9);
+  EXPECT_NEAR(result.collectives[0].end - result.collectives[0].start, expected, 1e-9 * expected);
+  // At half the link the ring is faster (1.125 / 0.5 > 1.75), and the selector says so.
+  platform.cost.network.nvls_bandwidth_fraction = 0.5;
+  EXPECT_EQ(sim::simulate(program, platform).collectives[0].algorithm, "ring");
+  // Without the switch's reduction, forcing it is an input error, not a division by zero.
+  sim::SimOptions forced;
+  forced.algorithms[CollectiveKind::all_reduce] = sim::Algorithm::nvls;
+  EXPECT_THROW(sim::simulate(program, uniform_star(8), forced), InputError);
+}
+
+TEST(Nvls, H100PresetPicksItForLargeAllReducesInOneNode) {
+  core::Program program = empty_program({8}, {"world"});
+  add_collective(program, CollectiveKind::all_reduce, 256e6, {0});
+  EXPECT_EQ(sim::simulate(program, sim::parse_platform("h100")).collectives[0].algorithm, "nvls");
+  EXPECT_EQ(sim::simulate(program, sim::parse_platform("a100")).collectives[0].algorithm, "ring/Simple");
+  core::Program across = empty_program({16}, {"world"});
+  add_collective(across, CollectiveKind::all_reduce, 256e6, {0});
+  EXPECT_NE(sim::simulate(across, sim::parse_platform("h100:nodes=2")).collectives[0].algorithm, "nvls");
+}
+
+// A description file may carry a cost model inline or name a file next to it.
+TEST(CostModelFile, PlatformDescriptionsCarryOne) {
+  const sim::PlatformSpec inline_model = sim::parse_platform(kData + "platform_inline.yaml");
+  EXPECT_EQ(inline_model.cost.name, "inline");
+  EXPECT_DOUBLE_EQ(inline_model.cost.network.nvlink_efficiency, 0.7);
+  EXPECT_EQ(inline_model.cost.network.protocols.size(), 3u);  // over the preset's
+  const sim::PlatformSpec from_file = sim::parse_platform(kData + "platform_file.json");
+  EXPECT_EQ(from_file.cost.name, "partial");
+  EXPECT_EQ(sim::describe_platform(from_file).find("cost model partial") != std::string::npos, true);
+}
+
+}  // namespace
+}  // namespace stratsim::test
