@@ -102,6 +102,9 @@ class RankExecutor {
         // Touches the streamed memory too; a run without compute needs neither.
         if (options_.compute != ComputeMode::skip) record_.memory_bytes_per_second = resources->memory_bandwidth();
       }
+      if (options_.compute == ComputeMode::gemm)
+        for (const ProgramOp& op : program_.ops)
+          if (op.stream == stream && shaped(op)) resources->prepare_gemms(op.gemms);
     } catch (const std::exception& error) {
       fail(fmt::format("rank {}: {}", backend_.rank(), error.what()));
     }
@@ -156,12 +159,16 @@ class RankExecutor {
     if (options_.on_error) options_.on_error(message);
   }
 
+  // A GEMM op runs its own shapes; scaled compute (compute_scale != 1) has no shapes to run.
+  bool shaped(const ProgramOp& op) const { return !op.gemms.empty() && options_.compute_scale == 1.0; }
+
   void compute(StreamResources& resources, const ProgramOp& op) {
     const double flops = op.flops * options_.compute_scale;
     const double bytes = static_cast<double>(op.bytes_accessed) * options_.compute_scale;
     switch (options_.compute) {
       case ComputeMode::gemm:
-        resources.compute(flops, bytes);
+        if (shaped(op)) resources.compute_gemms(op.gemms);
+        else resources.compute(flops, bytes);
         break;
       case ComputeMode::wait: {
         // The roofline of the measured rates: the slower of doing the FLOPs and moving the bytes.

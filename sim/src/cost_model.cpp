@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 
 #include "cost_model_data.hpp"
 #include "stratsim/core/errors.hpp"
@@ -67,7 +68,36 @@ Protocol read_protocol(const core::JsonReader& node) {
 
 void read_network(const core::JsonReader& node, NetworkModel& network) {
   node.expect_object();
-  node.allow_only({"link_efficiency", "protocols", "nvls", "source"});
+  node.allow_only({"link_efficiency", "protocols", "nvls", "algorithms", "per_kind", "source"});
+  if (node.has("per_kind")) {
+    const core::JsonReader kinds = node.at("per_kind");
+    kinds.expect_object();
+    kinds.allow_only({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "source"});
+    for (const std::string& key : kinds.keys()) {
+      if (key == "source") continue;
+      const nlohmann::json name = key;  // allow_only checked it is a kind's name
+      const core::CollectiveKind kind = core::parse_collective_kind(core::JsonReader(name, kinds.file()));
+      network.per_kind[kind] = read_protocol(kinds.at(key));
+    }
+  }
+  if (node.has("algorithms")) {
+    const core::JsonReader list = node.at("algorithms");
+    list.expect_object();
+    list.allow_only({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "source"});
+    for (const std::string& key : list.keys()) {
+      if (key == "source") continue;
+      const nlohmann::json name = key;  // allow_only checked it is a kind's name
+      const core::CollectiveKind kind = core::parse_collective_kind(core::JsonReader(name, list.file()));
+      const std::optional<Algorithm> algorithm = parse_algorithm(list.at(key).as_string());
+      if (!algorithm || *algorithm == Algorithm::automatic || *algorithm == Algorithm::nvls ||
+          !implements(*algorithm, kind))
+        list.at(key).fail(
+            fmt::format("expected an algorithm that implements {} (ring, tree, rhd, direct, "
+                        "hierarchical), got \"{}\"",
+                        key, list.at(key).as_string()));
+      network.algorithms[kind] = *algorithm;
+    }
+  }
   if (node.has("link_efficiency")) read_link_efficiency(node.at("link_efficiency"), network);
   if (node.has("nvls")) {
     const core::JsonReader nvls = node.at("nvls");

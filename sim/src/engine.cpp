@@ -102,6 +102,7 @@ class Simulation {
     double slowdown = 1.0;
     int collectives_in_flight = 0;  // issued and not finished: their kernels hold SMs (interference)
     bool computing = false;         // a compute op is running
+    std::size_t compute_next = 0;   // position in the compute stream: the op running or waited for
     std::vector<char> done;  // per op
     std::vector<OpTiming> timings;
     sg4::ConditionVariablePtr op_finished = sg4::ConditionVariable::create();
@@ -114,6 +115,7 @@ class Simulation {
   void run_compute(SimRank& rank, const ProgramOp& op);
   void run_collective(int sim_rank, const ProgramOp& op);
   std::vector<int> instances_of(const SimRank& rank, const ProgramOp& op) const;
+  bool compute_busy(const SimRank& rank) const;
   int members_simulated(const ProgramOp& op) const;
   void drive_instances(const ProgramOp& op, const std::vector<int>& instances, double slowdown);
   void drive_instance(const ProgramOp& op, int instance, double slowdown);
@@ -153,6 +155,10 @@ class Simulation {
   std::map<std::tuple<int, double, int, int>, Algorithm> algorithm_cache_;  // kind, bytes, group, full instance
   std::map<const Schedule*, const Protocol*> protocol_cache_;               // schedule_cache_ entries are stable
   std::int64_t flows_ = 0;
+  // A CPU host with fewer cores than rank processes: ranks compute at the same time (SPMD), so
+  // each gets cores / processes of a core.
+  double host_contention_ = 1;
+  DeviceSpec device_;  // the platform's device, its memory bandwidth shared on a CPU host
 };
 
 void Simulation::layout_ranks(RankMode mode) {
@@ -211,6 +217,13 @@ void Simulation::measure_link_costs() {
 }
 
 SimResult Simulation::run(RankMode mode) {
+  if (platform_.kind == PlatformKind::cpu_host && platform_.cores > 0 && program_.world_size > platform_.cores)
+    host_contention_ = static_cast<double>(program_.world_size) / platform_.cores;
+  // SPMD ranks stream memory at the same time: each gets its share of the host's DRAM.
+  device_ = platform_.device;
+  if (platform_.kind == PlatformKind::cpu_host && platform_.host_memory_bandwidth > 0)
+    device_.memory_bandwidth =
+        std::min(device_.memory_bandwidth, platform_.host_memory_bandwidth / program_.world_size * host_contention_);
   layout_ranks(mode);
   measure_link_costs();
   folding_ = mode == RankMode::representative && options_.fold
@@ -234,6 +247,7 @@ void Simulation::run_stream(int sim_rank, int stream) {
   SimRank& rank = sim_ranks_[sim_rank];
   for (int id : stream_ops_[stream]) {
     const ProgramOp& op = program_.ops[id];
+    if (stream == 0) ++rank.compute_next;
     wait_for_dependencies(rank, op);
     if (op.type == OpType::compute) run_compute(rank, op);
     else run_collective(sim_rank, op);
@@ -251,13 +265,22 @@ void Simulation::run_compute(SimRank& rank, const ProgramOp& op) {
   timing.issue = timing.start = sg4::Engine::get_clock();
   // Interference is judged when the op starts: a kernel launched beside a running NCCL kernel
   // shares the SMs with it for (most of) its life.
-  const double interference = rank.collectives_in_flight > 0 ? platform_.cost.interference.compute_slowdown : 1.0;
-  const double duration = platform_.cost.compute.duration(op, platform_.device) * rank.slowdown * interference;
+  const double interference =
+      (rank.collectives_in_flight > 0 ? platform_.cost.interference.compute_slowdown : 1.0) * host_contention_;
+  const double duration = platform_.cost.compute.duration(op, device_) * rank.slowdown * interference;
   rank.computing = true;
   if (duration > 0) sg4::this_actor::sleep_for(duration);
   rank.computing = false;
   timing.end = sg4::Engine::get_clock();
   finish_op(rank, op, timing);
+}
+
+bool Simulation::compute_busy(const SimRank& rank) const {
+  if (rank.computing) return true;
+  if (stream_ops_.empty() || rank.compute_next == 0 || rank.compute_next > stream_ops_[0].size()) return false;
+  const ProgramOp& next = program_.ops[stream_ops_[0][rank.compute_next - 1]];
+  if (rank.done[next.id]) return false;  // the stream is past its last op
+  return std::all_of(next.deps.begin(), next.deps.end(), [&](int dep) { return rank.done[dep] != 0; });
 }
 
 // The group instances this simulated rank takes part in: its own in full mode, all of them in
@@ -298,8 +321,9 @@ void Simulation::run_collective(int sim_rank, const ProgramOp& op) {
     }
     if (++it->second->arrived == it->second->expected) to_drive.push_back(instance);
   }
-  // The last member to arrive drives the instance; its compute stream decides interference.
-  const double slowdown = rank.computing ? platform_.cost.interference.communication_slowdown : 1.0;
+  // The last member to arrive drives the instance; its compute stream decides interference: busy
+  // now, or about to be (its next op's dependencies are met: backward goes on beside a bucket).
+  const double slowdown = compute_busy(rank) ? platform_.cost.interference.communication_slowdown : 1.0;
   if (!to_drive.empty()) drive_instances(op, to_drive, slowdown);
   double start = 0, end = 0;
   for (int instance : instances) {
@@ -392,6 +416,8 @@ Algorithm Simulation::algorithm_for_full(const ProgramOp& op, int full_instance)
   if (program_.mesh.group_size(program_.groups[op.group].mesh_dims) < 2) return Algorithm::ring;  // nothing moves
   if (auto it = options_.algorithms.find(op.kind); it != options_.algorithms.end() && it->second != Algorithm::automatic)
     return it->second;  // simulate() checked that the platform can run it
+  if (auto it = platform_.cost.network.algorithms.find(op.kind); it != platform_.cost.network.algorithms.end())
+    return it->second;  // the library's fixed choice (Gloo)
   const auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<double>(op.bytes), op.group, full_instance);
   auto it = algorithm_cache_.find(key);
   if (it != algorithm_cache_.end()) return it->second;
@@ -427,6 +453,8 @@ const Schedule& Simulation::schedule_for(const ProgramOp& op, Algorithm algorith
 // The NCCL protocol a schedule runs under the cost model, chosen once per schedule.
 const Protocol* Simulation::protocol_for(const ProgramOp& op, const Schedule& schedule,
                                          const std::vector<int>& member_nodes) {
+  if (auto kind = platform_.cost.network.per_kind.find(op.kind); kind != platform_.cost.network.per_kind.end())
+    return &kind->second;  // measured for this kind (calibrated Gloo)
   auto [it, inserted] = protocol_cache_.try_emplace(&schedule, nullptr);
   if (inserted) {
     const ScheduleCost cost = estimate_parts(schedule, member_nodes, costs_);
@@ -463,7 +491,8 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
   if (overhead > 0) sg4::this_actor::sleep_for(overhead);
   if (schedule) {
     const double fraction = nvls ? network.nvls_bandwidth_fraction : protocol ? protocol->bandwidth_fraction : 1.0;
-    const double scale = slowdown / fraction;
+    // On a CPU host with fewer cores than ranks, the transport threads share the cores too.
+    const double scale = slowdown * host_contention_ / fraction;
     for (const SchedulePhase& phase : schedule->phases) {
       double alpha = 0;
       bool crosses_nodes = false;

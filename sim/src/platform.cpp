@@ -187,6 +187,9 @@ const std::vector<Option>& gpu_options() {
 const std::vector<Option>& cpu_options() {
   static const std::vector<Option> options = {
       {"procs", Kind::count, [](PlatformSpec& s, const Value& v) { s.gpus_per_node = static_cast<int>(num(v)); }},
+      {"cores", Kind::count, [](PlatformSpec& s, const Value& v) { s.cores = static_cast<int>(num(v)); }},
+      {"host_dram_gbps", Kind::positive,
+       [](PlatformSpec& s, const Value& v) { s.host_memory_bandwidth = num(v) * kGB; }},
       {"gbps", Kind::positive, [](PlatformSpec& s, const Value& v) { s.nvlink_bandwidth = num(v) * kGB; }},
       {"lat_us", Kind::non_negative, [](PlatformSpec& s, const Value& v) { s.nvlink_latency = num(v) * kUs; }},
       {"loopback_gbps", Kind::positive, [](PlatformSpec& s, const Value& v) { s.loopback_bandwidth = num(v) * kGB; }},
@@ -457,11 +460,11 @@ std::string describe_platform(const PlatformSpec& spec) {
           spec.xml_file, spec.device.name, spec.cost.name);
     case PlatformKind::cpu_host:
       return fmt::format(
-          "{} processes on one CPU host, loopback {} per process, {} shared ({}; message latency {}, collective "
+          "{} processes on one CPU host{}, loopback {} per process, {} shared ({}; message latency {}, collective "
           "overhead {}; cost model {})",
-          spec.gpus_per_node, gbps(spec.nvlink_bandwidth), gbps(spec.loopback_bandwidth),
-          device_details(spec.device, false), us(2 * spec.nvlink_latency), us(spec.collective_overhead),
-          spec.cost.name);
+          spec.gpus_per_node, spec.cores > 0 ? fmt::format(" of {} cores", spec.cores) : "",
+          gbps(spec.nvlink_bandwidth), gbps(spec.loopback_bandwidth), device_details(spec.device, false),
+          us(2 * spec.nvlink_latency), us(spec.collective_overhead), spec.cost.name);
     case PlatformKind::node:
       return fmt::format("1 x {} {}, NVLink {} ({}; NVLink latency {}, collective overhead {}; cost model {})",
                          spec.gpus_per_node, spec.device.name, gbps(spec.nvlink_bandwidth),

@@ -253,5 +253,76 @@ TEST(CostModelFile, PlatformDescriptionsCarryOne) {
   EXPECT_EQ(sim::describe_platform(from_file).find("cost model partial") != std::string::npos, true);
 }
 
+// A CPU host with fewer cores than ranks: the SPMD ranks compute at once, so each runs at
+// cores / ranks of a core, and its transport is slowed alike; the host's DRAM is shared.
+TEST(HostContention, FewerCoresThanRanksSlowsComputeAndTransfer) {
+  core::Program program = empty_program({4}, {"world"});
+  const int gemm = add_compute(program, 1e12);  // 1 s at 1 TFLOP/s
+  const int gather = add_collective(program, CollectiveKind::all_gather, 4e9, {0}, {gemm});
+  sim::PlatformSpec platform = sim::parse_platform("cpu:procs=4,model=ideal,gflops=1000,lat_us=0,overhead_us=0,gbps=1");
+  const sim::SimResult plenty = sim::simulate(program, platform);
+  EXPECT_NEAR(plenty.timings[0][gemm].end, 1.0, 1e-9);
+  platform.cores = 2;
+  const sim::SimResult shared = sim::simulate(program, platform);
+  EXPECT_NEAR(shared.timings[0][gemm].end, 2.0, 1e-9);  // 4 ranks on 2 cores
+  const double alone = plenty.timings[0][gather].end - plenty.timings[0][gather].start;
+  EXPECT_NEAR(shared.timings[0][gather].end - shared.timings[0][gather].start, 2 * alone, 1e-6 * alone);
+  // Memory-bound work: 4 ranks share 40 GB/s of DRAM, 10 GB/s each (less than one alone gets).
+  core::Program stream = empty_program({4}, {"world"});
+  const int copy = add_compute(stream, 0);
+  stream.ops[copy].bytes_accessed = 20000000000;  // 20 GB
+  sim::PlatformSpec host = sim::parse_platform("cpu:procs=4,model=ideal,dram_gbps=20,host_dram_gbps=40");
+  EXPECT_NEAR(sim::simulate(stream, host).timings[0][copy].end, 2.0, 1e-9);
+  host.host_memory_bandwidth = 0;  // unbounded: each at its own 20 GB/s
+  EXPECT_NEAR(sim::simulate(stream, host).timings[0][copy].end, 1.0, 1e-9);
+}
+
+// The cpu preset runs what Gloo runs (no tuner), whatever the size; --algorithm still overrides.
+TEST(FixedAlgorithms, TheCpuPresetRunsGloosAlgorithms) {
+  core::Program program = empty_program({4}, {"world"});
+  add_collective(program, CollectiveKind::reduce_scatter, 1e6, {0});
+  add_collective(program, CollectiveKind::broadcast, 1e6, {0});
+  const sim::SimResult result = sim::simulate(program, sim::parse_platform("cpu:procs=4"));
+  EXPECT_EQ(result.collectives[0].algorithm, "rhd");
+  EXPECT_EQ(result.collectives[1].algorithm, "direct");
+  sim::SimOptions ring;
+  ring.algorithms[CollectiveKind::reduce_scatter] = sim::Algorithm::ring;
+  EXPECT_EQ(sim::simulate(program, sim::parse_platform("cpu:procs=4"), ring).collectives[0].algorithm, "ring");
+  EXPECT_EQ(apply_error("bad_algorithm.yaml"),
+            kData +
+                "bad_algorithm.yaml: network.algorithms.all_gather: expected an algorithm that implements all_gather "
+                "(ring, tree, rhd, direct, hierarchical), got \"tree\"");
+}
+
+// Measured costs of one kind replace the protocols for that kind.
+TEST(PerKind, AMeasuredKindRunsItsOwnCosts) {
+  core::Program program = empty_program({4}, {"world"});
+  add_collective(program, CollectiveKind::all_gather, 64e6, {0});
+  add_collective(program, CollectiveKind::all_reduce, 64e6, {0});
+  sim::PlatformSpec platform = uniform_star(4, 100e9, 1e-6);
+  platform.cost.network.per_kind[CollectiveKind::all_gather] = {"gloo", 0.25,  100e-6,
+                                                                10e-6,  10e-6, std::numeric_limits<double>::infinity()};
+  const sim::SimResult result = sim::simulate(program, platform);
+  EXPECT_EQ(result.collectives[0].algorithm, "ring/gloo");
+  const double expected = 100e-6 + 3 * (2e-6 + 10e-6) + 0.75 * 64e6 / (0.25 * 100e9);
+  EXPECT_NEAR(result.collectives[0].end - result.collectives[0].start, expected, 1e-9 * expected);
+  EXPECT_EQ(result.collectives[1].algorithm, "ring");  // no entry, no protocols: ideal
+}
+
+// A collective that starts while its rank's compute stream works (or is about to: its next op is
+// ready) moves its bytes communication_slowdown times slower; one after the compute is not.
+TEST(Interference, CommunicationBesideComputeIsSlower) {
+  core::Program program = empty_program({2}, {"world"});
+  const int gemm = add_compute(program, 1e12);                                       // 1 s
+  const int beside = add_collective(program, CollectiveKind::all_gather, 1e9, {0});  // starts at 0
+  const int after = add_collective(program, CollectiveKind::all_gather, 1e9, {0}, {gemm});
+  sim::PlatformSpec platform = uniform_star(2, 10e9, 0);
+  platform.cost.interference.communication_slowdown = 2;
+  const sim::SimResult result = sim::simulate(program, platform);
+  const double alone = 0.5 * 1e9 / 10e9;  // (p-1)/p n / B
+  EXPECT_NEAR(result.timings[0][beside].end - result.timings[0][beside].start, 2 * alone, 1e-9);
+  EXPECT_NEAR(result.timings[0][after].end - result.timings[0][after].start, alone, 1e-9);
+}
+
 }  // namespace
 }  // namespace stratsim::test

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "stratsim/core/program.hpp"
 #include "stratsim/exec/communicator.hpp"
 
 namespace stratsim::exec {
@@ -45,6 +46,16 @@ class StreamResources {
   // Real work of `flops` floating-point operations that reads and writes `bytes` of memory,
   // done when it returns. Backends that cannot honour the bytes (NCCL today) run the FLOPs.
   virtual void compute(double flops, double bytes) = 0;
+  // The op's own matrix multiplies (ProgramOp::gemms), C[m,n] = A[m,k] B[k,n] each, so measured
+  // GEMM time depends on shape as the simulator's cost model says it does. prepare_gemms runs
+  // before the clock starts (allocation and first touch are not the op's time). Backends without
+  // shaped kernels run the FLOPs.
+  virtual void prepare_gemms(std::span<const core::GemmShape> /*gemms*/) {}
+  virtual void compute_gemms(std::span<const core::GemmShape> gemms) {
+    double flops = 0;
+    for (const core::GemmShape& g : gemms) flops += g.flops();
+    compute(flops, 0);
+  }
   // Sustained FLOP/s of compute(), measured: what the calibrated wait sleeps by.
   virtual double calibrate() = 0;
   // Sustained memory bandwidth in bytes/s, measured (0 when the backend does not measure it):

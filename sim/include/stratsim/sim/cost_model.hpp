@@ -16,10 +16,12 @@
 #pragma once
 
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "stratsim/core/json_reader.hpp"
+#include "stratsim/sim/collective.hpp"
 #include "stratsim/sim/device.hpp"
 
 namespace stratsim::sim {
@@ -49,6 +51,15 @@ struct NetworkModel {
   // cannot (A100's NVSwitch, CPU hosts). Its link share and latency are its own, not a protocol's.
   double nvls_bandwidth_fraction = 0;
   double nvls_base_latency = 0;
+  // The collective library's fixed algorithm per kind, where it has no tuner: Gloo runs a ring
+  // all-reduce and all-gather, halving-doubling reduce-scatter, one-to-all broadcast and pairwise
+  // all-to-all whatever the size. Kinds not listed are selected NCCL's way; --algorithm overrides.
+  std::map<core::CollectiveKind, Algorithm> algorithms;
+  // Measured costs per collective kind, where one library's kinds differ more than its links
+  // explain (Gloo's in-place halving-doubling reduce-scatter moves several times the bytes of its
+  // all-gather): a protocol of its own per kind, used instead of `protocols` for that kind.
+  // `stratsim calibrate` fits them.
+  std::map<core::CollectiveKind, Protocol> per_kind;
 };
 
 struct Interference {

@@ -43,6 +43,8 @@ struct PlatformSpec {
   double switch_latency = 0;      // per fabric link
   double loopback_bandwidth = 0;  // cpu_host: shared memory-copy bandwidth of the host, all processes together
   double collective_overhead = 0; // fixed cost per collective launch (kernel launch, NCCL proxy), seconds
+  int cores = 0;                  // cpu_host: cores the rank processes share (0: a core each)
+  double host_memory_bandwidth = 0;  // cpu_host: DRAM bandwidth all processes share (0: no bound)
 
   std::string xml_file;  // kind == xml
 

@@ -1,0 +1,264 @@
+// stratsim calibrate: measures this host (exec/calibration.hpp) and writes a platform file that
+// `stratsim simulate --platform FILE` takes.
+//
+// The launcher side measures the compute in this process, then for each process count starts
+// that many copies of this command as sweep workers (exec/launcher.hpp: supervised, reaped, never
+// hanging), reads the measured run rank 0 wrote, fits the network and writes the file. A worker
+// (RANK and WORLD_SIZE set by the launcher) runs the sweep program through the executor over
+// Gloo, exactly as `stratsim run --compute gemm` runs a plan's program.
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "stratsim/cli/command.hpp"
+#include "stratsim/core/errors.hpp"
+#include "stratsim/core/json_reader.hpp"
+#include "stratsim/exec/backend.hpp"
+#include "stratsim/exec/calibration.hpp"
+#include "stratsim/exec/executor.hpp"
+#include "stratsim/exec/launcher.hpp"
+
+namespace stratsim::cli {
+namespace {
+
+using core::InputError;
+
+struct CalibrateArgs {
+  std::string output = "calibrated.yaml";
+  std::vector<int> procs;  // default: 2 and 4 (2 with --quick)
+  bool quick = false;
+  bool quiet = false;
+  double timeout = 60;
+  // Worker mode (internal: set by the launcher side on the commands it starts).
+  std::string worker_output;
+  std::vector<double> sizes;
+  int repeats = 5;
+  double interference_flops = 1e9;
+};
+
+// "calibrating [#####     ] 40% GEMM 26/64" on stderr, at most five times a second.
+class Progress {
+ public:
+  explicit Progress(bool enabled) : enabled_(enabled && ::isatty(STDERR_FILENO)) {}
+  void show(double fraction, const std::string& what) {
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (fraction < 1 && now - last_ < std::chrono::milliseconds(200)) return;
+    last_ = now;
+    const int width = 30, filled = static_cast<int>(width * std::min(1.0, fraction));
+    std::cerr << fmt::format("\rcalibrating [{}{}] {:3}% {:<40}", std::string(filled, '#'),
+                             std::string(width - filled, ' '), static_cast<int>(100 * fraction), what)
+              << std::flush;
+  }
+  void done() {
+    if (enabled_) std::cerr << "\n" << std::flush;
+  }
+
+ private:
+  bool enabled_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+std::string env_text(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
+}
+
+std::vector<std::string> own_executable() {
+  char exe[PATH_MAX] = {};
+  const ssize_t length = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (length <= 0) throw InputError("cannot read this process's executable from /proc");
+  return {std::string(exe, static_cast<std::size_t>(length))};
+}
+
+exec::SweepSpec sweep_spec(int procs, const std::vector<double>& sizes, int repeats, double interference_flops) {
+  exec::SweepSpec spec;
+  spec.procs = procs;
+  spec.sizes = sizes;
+  spec.repeats = repeats;
+  spec.interference_flops = interference_flops;
+  return spec;
+}
+
+// One rank of the sweep: run it, post the record; rank 0 gathers and writes the measured run.
+int run_worker(const CalibrateArgs& args, int rank, int world_size) {
+  const exec::SweepSpec spec = sweep_spec(world_size, args.sizes, args.repeats, args.interference_flops);
+  const core::Program program = exec::sweep_program(spec);
+  const exec::Rendezvous rendezvous = exec::parse_rendezvous(env_text("STRATSIM_RDZV"), env_text("STRATSIM_RUN_ID"));
+  exec::BackendOptions backend_options;
+  backend_options.timeout = std::chrono::milliseconds(static_cast<long long>(args.timeout * 1000));
+  exec::ExecOptions options;
+  options.compute = exec::ComputeMode::gemm;
+  options.on_error = [](const std::string& message) {
+    std::cerr << ("stratsim calibrate: " + message + "\n") << std::flush;
+    std::_Exit(1);
+  };
+  try {
+    auto backend = exec::make_gloo_backend(rendezvous, rank, world_size, backend_options);
+    const exec::RankRecord record = exec::execute(program, *backend, options);
+    backend->publish(fmt::format("record/{}", rank), exec::encode(record));
+    if (rank != 0) return 0;
+    std::vector<exec::RankRecord> records;
+    for (int r = 0; r < world_size; ++r)
+      records.push_back(exec::decode_record(backend->fetch(fmt::format("record/{}", r))));
+    const core::RunResult result = exec::assemble(program, records, backend->name(), "calibration sweep");
+    write_atomically(args.worker_output, core::run_result_to_json(result, &program).dump());
+    return 0;
+  } catch (const exec::CommError& error) {
+    std::cerr << ("stratsim calibrate: " + std::string(error.what()) + "\n") << std::flush;
+    std::_Exit(1);
+  }
+}
+
+std::string number_list(const std::vector<double>& values) {
+  std::string out;
+  for (double v : values) out += (out.empty() ? "" : ",") + fmt::format("{:.17g}", v);
+  return out;
+}
+
+// Runs the sweep on `procs` processes and reads back what rank 0 measured.
+exec::SweepResult sweep(const CalibrateArgs& args, int procs, const std::vector<double>& sizes, int repeats,
+                        double interference_flops, const std::filesystem::path& scratch) {
+  const std::string result_file = (scratch / fmt::format("sweep-{}.json", procs)).string();
+  exec::LaunchOptions launch;
+  launch.nproc = procs;
+  launch.timeout = std::chrono::milliseconds(static_cast<long long>(args.timeout * 1000));
+  launch.command = own_executable();
+  for (const std::string& arg :
+       {std::string("calibrate"), std::string("--worker-output"), result_file, std::string("--sizes"),
+        number_list(sizes), std::string("--repeats"), std::to_string(repeats), std::string("--interference-flops"),
+        fmt::format("{:.17g}", interference_flops), std::string("--timeout"), fmt::format("{:g}", args.timeout)})
+    launch.command.push_back(arg);
+  const int status = exec::launch(launch);
+  if (status != 0)
+    throw std::runtime_error(fmt::format("the Gloo sweep on {} processes failed (exit {})", procs, status));
+  const exec::SweepSpec spec = sweep_spec(procs, sizes, repeats, interference_flops);
+  const core::Program program = exec::sweep_program(spec);
+  const nlohmann::json document = core::load_document(result_file);
+  return exec::read_sweep(spec, program, core::run_result_from_json(core::JsonReader(document, result_file), &program));
+}
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  char text[32] = {};
+  std::strftime(text, sizeof text, "%Y-%m-%d", std::gmtime(&now));
+  return text;
+}
+
+std::string host_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host[0] ? host : "this host";
+}
+
+int run_calibration(const CalibrateArgs& args) {
+  std::vector<int> procs = args.procs;
+  if (procs.empty()) procs = args.quick ? std::vector<int>{2} : std::vector<int>{2, 4};
+  for (int p : procs)
+    if (p < 2 || (p & (p - 1)) != 0)
+      throw InputError(fmt::format("--procs {}: expected a power of two from 2 (Gloo's halving-doubling)", p));
+  const std::vector<std::int64_t> axis =
+      args.quick ? std::vector<std::int64_t>{64, 256, 1024} : std::vector<std::int64_t>{32, 128, 512, 2048};
+  const std::vector<double> sizes = args.quick
+                                        ? std::vector<double>{65536, 1 << 20, 8 << 20}
+                                        : std::vector<double>{16384, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
+  const int repeats = args.quick ? 8 : 12;
+  // The output is checked before the minutes of measuring, not after.
+  const std::filesystem::path output(args.output);
+  if (output.has_parent_path() && !std::filesystem::is_directory(output.parent_path()))
+    throw InputError(fmt::format("-o {}: no such directory", args.output));
+
+  Progress progress(!args.quiet);
+  const double sweeps = static_cast<double>(procs.size());
+  exec::Calibration calibration;
+  calibration.procs = procs;
+  calibration.host_name = host_name();
+  calibration.date = today();
+  calibration.command = args.quick ? "stratsim calibrate --quick" : "stratsim calibrate";
+  calibration.host = exec::measure_host(axis, args.quick ? 0.005 : 0.03, [&](int done, int total) {
+    progress.show(0.5 * done / total, fmt::format("GEMM {}/{}", done, total));
+  });
+  // Interference ops of about 20 ms at the measured rate, so they overlap several all-reduces.
+  const double interference_flops = 0.02 * calibration.host.gemm_flops_per_second;
+  char scratch_template[] = "/tmp/stratsim-calibrate-XXXXXX";
+  if (!::mkdtemp(scratch_template)) throw std::runtime_error("cannot create a scratch directory in /tmp");
+  const std::filesystem::path scratch(scratch_template);
+  struct Cleanup {
+    std::filesystem::path path;
+    ~Cleanup() {
+      if (std::getenv("STRATSIM_CALIBRATE_KEEP")) return;  // debugging: keep the measured sweeps
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } cleanup{scratch};
+  for (std::size_t i = 0; i < procs.size(); ++i) {
+    progress.show(0.5 + 0.5 * static_cast<double>(i) / sweeps, fmt::format("Gloo on {} processes", procs[i]));
+    const exec::SweepResult result = sweep(args, procs[i], sizes, repeats, interference_flops, scratch);
+    calibration.sweep.samples.insert(calibration.sweep.samples.end(), result.samples.begin(), result.samples.end());
+    if (i == 0) {
+      calibration.sweep.compute_slowdown = result.compute_slowdown;
+      calibration.sweep.communication_slowdown = result.communication_slowdown;
+      calibration.sweep.shared_memory_bytes_per_second = result.shared_memory_bytes_per_second;
+    }
+  }
+  progress.show(1.0, "fitting");
+  progress.done();
+  calibration.network = exec::fit_network(calibration.sweep.samples, calibration.host.cores);
+  write_atomically(args.output, exec::platform_yaml(calibration));
+  const exec::KindFit& all_reduce = calibration.network.kinds.at(core::CollectiveKind::all_reduce);
+  std::cout << fmt::format(
+      "stratsim calibrate: wrote {} ({} cores, {:.1f} GFLOP/s GEMM, {:.1f} GB/s memory; Gloo all-reduce {:.2f} GB/s "
+      "per process, {:.1f} us per step, {:.1f} us per call; the network fit is within {:.1f} % on average)\n",
+      args.output, calibration.host.cores, calibration.host.gemm_flops_per_second / 1e9,
+      calibration.host.memory_bytes_per_second / 1e9, 1e-9 / all_reduce.beta, all_reduce.alpha * 1e6,
+      all_reduce.overhead * 1e6, 100 * calibration.network.mean_abs_error);
+  return 0;
+}
+
+int calibrate_command(const CalibrateArgs& args) {
+  if (!args.worker_output.empty()) {
+    const char* rank = std::getenv("RANK");
+    const char* world = std::getenv("WORLD_SIZE");
+    if (!rank || !world) throw InputError("--worker-output is internal: it runs under stratsim calibrate's launcher");
+    return run_worker(args, std::atoi(rank), std::atoi(world));
+  }
+  return run_calibration(args);
+}
+
+const Register calibrate_registration("calibrate", [](CLI::App& app) {
+  auto args = std::make_shared<CalibrateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate",
+      "Measure this host (GEMM rate by shape, memory bandwidth, Gloo collectives over loopback) and write a platform "
+      "file for `simulate --platform FILE`");
+  cmd->add_option("-o,--output", args->output, "The platform file to write (YAML)")->capture_default_str();
+  cmd->add_option("--procs", args->procs, "Process counts to measure Gloo on (powers of two; default 2 and 4)")
+      ->delimiter(',');
+  cmd->add_flag("--quick", args->quick, "A coarser grid and fewer sizes: under a minute");
+  cmd->add_flag("--quiet", args->quiet, "No progress bar (drawn only when stderr is a terminal)");
+  cmd->add_option("--timeout", args->timeout, "Seconds a rank waits for a peer before failing")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
+  // Internal: what the launcher side passes to its sweep workers.
+  cmd->add_option("--worker-output", args->worker_output)->group("");
+  cmd->add_option("--sizes", args->sizes)->delimiter(',')->group("");
+  cmd->add_option("--repeats", args->repeats)->group("");
+  cmd->add_option("--interference-flops", args->interference_flops)->group("");
+  return Subcommand{cmd, [args] { return calibrate_command(*args); }};
+});
+
+}  // namespace
+}  // namespace stratsim::cli

@@ -1,0 +1,136 @@
+// stratsim calibrate's parts (exec/calibration.hpp): Gloo's cost per kind, the sweep program,
+// reading a measured sweep back, the fit (recovering known coefficients), and the command itself
+// end to end, its platform file read by the simulator.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "../cli_support.hpp"
+#include "stratsim/core/errors.hpp"
+#include "stratsim/exec/calibration.hpp"
+
+namespace stratsim::test {
+namespace {
+
+using core::CollectiveKind;
+
+TEST(GlooCost, StepsAndVolumeOfWhatGlooRuns) {
+  EXPECT_EQ(exec::gloo_cost(CollectiveKind::all_reduce, 4).steps, 6);  // ring: 2(p-1)
+  EXPECT_DOUBLE_EQ(exec::gloo_cost(CollectiveKind::all_reduce, 4).volume, 1.5);
+  EXPECT_EQ(exec::gloo_cost(CollectiveKind::all_gather, 4).steps, 3);
+  EXPECT_DOUBLE_EQ(exec::gloo_cost(CollectiveKind::all_gather, 4).volume, 0.75);
+  EXPECT_EQ(exec::gloo_cost(CollectiveKind::reduce_scatter, 8).steps, 3);  // halving: log2 p
+  EXPECT_EQ(exec::gloo_cost(CollectiveKind::broadcast, 4).steps, 1);       // one-to-all
+  EXPECT_DOUBLE_EQ(exec::gloo_cost(CollectiveKind::broadcast, 4).volume, 3);
+}
+
+// Samples made from known coefficients (with host contention at 4 processes on 2 cores) are fitted
+// back exactly, per kind.
+TEST(NetworkFit, RecoversKnownCoefficients) {
+  const exec::KindFit all_reduce{50e-6, 20e-6, 1 / 2e9}, all_gather{30e-6, 10e-6, 1 / 3e9};
+  std::vector<exec::CollectiveSample> samples;
+  exec::NetworkFit truth;
+  truth.kinds = {{CollectiveKind::all_reduce, all_reduce}, {CollectiveKind::all_gather, all_gather}};
+  for (CollectiveKind kind : {CollectiveKind::all_reduce, CollectiveKind::all_gather})
+    for (int p : {2, 4})
+      for (double bytes : {16384.0, 1048576.0, 16777216.0}) {
+        exec::CollectiveSample s{kind, p, bytes, 0};
+        s.seconds = exec::predict(truth, s, 2);
+        samples.push_back(s);
+      }
+  const exec::NetworkFit fit = exec::fit_network(samples, 2);
+  for (const auto& [kind, expected] : truth.kinds) {
+    const exec::KindFit& got = fit.kinds.at(kind);
+    EXPECT_NEAR(got.overhead, expected.overhead, 1e-9);
+    EXPECT_NEAR(got.alpha, expected.alpha, 1e-9);
+    EXPECT_NEAR(got.beta / expected.beta, 1, 1e-9);
+  }
+  EXPECT_LT(fit.mean_abs_error, 1e-9);
+  // One process count: steps never vary, so alpha cannot be told from the overhead and is 0.
+  std::vector<exec::CollectiveSample> one_count;
+  for (const exec::CollectiveSample& s : samples)
+    if (s.procs == 2) one_count.push_back(s);
+  const exec::NetworkFit flat = exec::fit_network(one_count, 2);
+  EXPECT_EQ(flat.kinds.at(CollectiveKind::all_reduce).alpha, 0);
+  EXPECT_NEAR(flat.kinds.at(CollectiveKind::all_reduce).overhead, 50e-6 + 2 * 20e-6, 1e-9);
+  // Times that do not grow with size (a noisy host): the largest one's time is all transfer.
+  std::vector<exec::CollectiveSample> flat_times = {{CollectiveKind::broadcast, 2, 1e6, 1e-3},
+                                                    {CollectiveKind::broadcast, 2, 1e3, 1.1e-3}};
+  const exec::KindFit fallback = exec::fit_network(flat_times, 2).kinds.at(CollectiveKind::broadcast);
+  EXPECT_EQ(fallback.overhead, 0);
+  EXPECT_DOUBLE_EQ(fallback.beta, 1e-3 / 1e6);  // broadcast volume p - 1 = 1
+  const std::vector<exec::CollectiveSample> zero = {{CollectiveKind::broadcast, 2, 1e6, 0},
+                                                    {CollectiveKind::broadcast, 2, 1e3, 0}};
+  EXPECT_THROW(exec::fit_network(zero, 2), core::InputError);
+}
+
+TEST(Sweep, ProgramAndReadingBack) {
+  exec::SweepSpec spec;
+  spec.procs = 2;
+  spec.sizes = {1024, 65536};
+  spec.repeats = 3;
+  const core::Program program = exec::sweep_program(spec);
+  // 4 kinds x 2 sizes x (warm-up + 3), then interference (warm-up + 4 x 6) and 6 streaming ops.
+  EXPECT_EQ(program.ops.size(), 4u * 2 * 4 + 1 + 4 * 6 + 6);
+  EXPECT_EQ(program.streams, (std::vector<std::string>{"compute", "comm"}));
+  // A synthetic measured run: each timed sweep instance takes (bytes + 1000) ns, compute alone
+  // 2 ms and beside the all-reduces 3 ms, all-reduces beside compute twice as long.
+  core::RunResult run;
+  run.world_size = 2;
+  run.recorded = {{0}, {1}};
+  run.timings.assign(2, std::vector<core::OpTiming>(program.ops.size()));
+  for (const core::ProgramOp& op : program.ops) {
+    double seconds = 1e-3;
+    if (op.name.rfind("sweep", 0) == 0) seconds = (static_cast<double>(op.bytes) + 1000) * 1e-9;
+    if (op.name.rfind("interference compute alone", 0) == 0) seconds = 2e-3;
+    if (op.name.rfind("interference compute beside", 0) == 0) seconds = 3e-3;
+    if (op.name.rfind("interference comm beside", 0) == 0) seconds = 2e-3;
+    if (op.name.rfind("stream shared", 0) == 0) seconds = 10e-3;
+    for (auto& timings : run.timings) timings[op.id] = {0, 0, seconds};
+    if (op.type == core::OpType::collective)
+      run.collectives.push_back({op.id, 0, "gloo ring", 0, 2, 0, seconds, {0, 1}});
+  }
+  const exec::SweepResult result = exec::read_sweep(spec, program, run);
+  ASSERT_EQ(result.samples.size(), 8u);
+  EXPECT_EQ(result.samples[1].kind, CollectiveKind::all_reduce);
+  EXPECT_DOUBLE_EQ(result.samples[1].bytes, 65536);
+  EXPECT_DOUBLE_EQ(result.samples[1].seconds, (65536 + 1000) * 1e-9);
+  EXPECT_DOUBLE_EQ(result.compute_slowdown, 1.5);
+  EXPECT_DOUBLE_EQ(result.communication_slowdown, 2.0);
+  EXPECT_DOUBLE_EQ(result.shared_memory_bytes_per_second, 2 * spec.stream_bytes / 10e-3);
+  run.world_size = 4;
+  EXPECT_THROW(exec::read_sweep(spec, program, run), core::InputError);
+}
+
+// The command, quick: it measures this host for real, writes a platform file, and the simulator
+// runs a plan on it.
+TEST(CalibrateCli, QuickWritesAPlatformTheSimulatorTakes) {
+  const std::string platform = temp_path("calibrated.yaml");
+  const CliRun r = run_cli("calibrate --quick --quiet -o " + platform, true);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("stratsim calibrate: wrote " + platform), std::string::npos) << r.out;
+  const std::string yaml = read_file(platform);
+  for (const char* field :
+       {"preset: cpu", "cores: ", "gflops: ", "host_dram_gbps: ", "per_kind:", "float32:", "compute_slowdown: "})
+    EXPECT_NE(yaml.find(field), std::string::npos) << field;
+  const CliRun sim = run_cli("simulate --quiet --model zoo:Net --plan builtin:ddp --platform " + platform, true);
+  ASSERT_EQ(sim.code, 0) << sim.out;
+  EXPECT_NE(sim.out.find("cost model calibrated on"), std::string::npos) << sim.out;
+  EXPECT_NE(sim.out.find("ring/gloo"), std::string::npos) << sim.out;  // the fitted per-kind costs ran
+  std::filesystem::remove(platform);
+}
+
+TEST(CalibrateCli, BadArgumentsFailBeforeMeasuring) {
+  const CliRun odd = run_cli("calibrate --quick --procs 3 -o " + temp_path("x.yaml"));
+  EXPECT_EQ(odd.code, 2);
+  EXPECT_NE(odd.out.find("--procs 3: expected a power of two"), std::string::npos) << odd.out;
+  const CliRun nowhere = run_cli("calibrate --quick -o /nonexistent-dir/x.yaml");
+  EXPECT_EQ(nowhere.code, 2);
+  EXPECT_NE(nowhere.out.find("no such directory"), std::string::npos) << nowhere.out;
+}
+
+}  // namespace
+}  // namespace stratsim::test
