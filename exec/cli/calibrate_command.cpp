@@ -171,7 +171,7 @@ int run_calibration(const CalibrateArgs& args) {
     if (p < 2 || (p & (p - 1)) != 0)
       throw InputError(fmt::format("--procs {}: expected a power of two from 2 (Gloo's halving-doubling)", p));
   const std::vector<std::int64_t> axis =
-      args.quick ? std::vector<std::int64_t>{64, 256, 1024} : std::vector<std::int64_t>{32, 128, 512, 2048};
+      args.quick ? std::vector<std::int64_t>{64, 256, 512} : std::vector<std::int64_t>{32, 128, 512, 2048};
   const std::vector<double> sizes = args.quick
                                         ? std::vector<double>{65536, 1 << 20, 8 << 20}
                                         : std::vector<double>{16384, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
