@@ -4,8 +4,10 @@
 #
 #   bash benchmarks/accuracy/run.sh [BUILD_DIR]      (default: build)
 #
-# Today: the network half, nccl-tests busbw on one 8-GPU node of each GPU preset against published
-# runs (nccl-tests.yaml). Exit status 0 only if every comparison holds its tolerance.
+# Here: nccl-tests busbw on one 8-GPU node of each GPU preset against published runs
+# (nccl-tests.yaml). The measured half, ten plans on this host's Gloo ranks against the platform
+# `stratsim calibrate` writes, is gloo.sh (noisy and slower: run it on a quiet box). Exit status 0
+# only if every comparison holds its tolerance.
 set -euo pipefail
 build=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)
