@@ -26,7 +26,9 @@
 
 namespace stratsim::exec {
 
-// gemm: Eigen single-precision GEMMs totalling the op's FLOPs (times compute_scale).
+// gemm: real single-precision work: a GEMM op that carries its shapes (ProgramOp::gemms) runs
+//       exactly those Eigen GEMMs; other ops run kernels chosen by their FLOPs and bytes (times
+//       compute_scale, under which shapes are not run).
 // wait: sleep for FLOPs / the rank's GEMM rate, measured once at start (no CPU contention with
 //       the communication threads, for runs that study the network only).
 // skip: compute takes no time; only collectives run.
