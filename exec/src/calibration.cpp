@@ -20,8 +20,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using core::CollectiveKind;
 
-constexpr CollectiveKind kSweptKinds[] = {CollectiveKind::all_reduce, CollectiveKind::all_gather,
-                                          CollectiveKind::reduce_scatter, CollectiveKind::broadcast};
+struct Swept {
+  CollectiveKind kind;
+  core::DType dtype;
+};
+constexpr Swept kSwept[] = {
+    {CollectiveKind::all_reduce, core::DType::float32},     {CollectiveKind::all_gather, core::DType::float32},
+    {CollectiveKind::reduce_scatter, core::DType::float32}, {CollectiveKind::broadcast, core::DType::float32},
+    {CollectiveKind::all_reduce, core::DType::float16},     {CollectiveKind::reduce_scatter, core::DType::float16}};
 
 double mean(const std::vector<double>& values) {
   double sum = 0;
@@ -46,19 +52,20 @@ double time_gemm(StreamResources& resources, const core::GemmShape& shape, doubl
   return best;
 }
 
-std::string sweep_name(CollectiveKind kind, double bytes, int rep) {
-  return fmt::format("sweep {} {} #{}", core::collective_kind_name(kind), static_cast<std::int64_t>(bytes), rep);
+std::string sweep_prefix(const Swept& swept, double bytes) {
+  return fmt::format("sweep {} {} {} #", core::collective_kind_name(swept.kind), core::dtype_name(swept.dtype),
+                     static_cast<std::int64_t>(bytes));
 }
 
 int add_collective(core::Program& program, CollectiveKind kind, double bytes, const std::string& name,
-                   std::vector<int> deps) {
+                   std::vector<int> deps, core::DType dtype = core::DType::float32) {
   core::ProgramOp op;
   op.type = core::OpType::collective;
   op.kind = kind;
   op.name = name;
   op.group = program.group_id({0});
   op.stream = program.stream_id("comm");
-  op.dtype = core::DType::float32;
+  op.dtype = dtype;
   op.bytes = static_cast<std::int64_t>(bytes);
   // nccl-tests conventions (communicator.hpp): all-gather's n is its output, reduce-scatter's its input.
   const int p = program.world_size;
@@ -135,11 +142,11 @@ core::Program sweep_program(const SweepSpec& spec) {
   program.streams = {"compute", "comm"};
   // Each kind and size starts with an untimed instance: the first of a size grows the buffers and
   // Gloo's scratch (allocation and first touch), which no steady-state step pays.
-  for (CollectiveKind kind : kSweptKinds)
+  for (const Swept& swept : kSwept)
     for (double bytes : spec.sizes) {
-      add_collective(program, kind, bytes, fmt::format("warm-up {} {}", core::collective_kind_name(kind), bytes), {});
+      add_collective(program, swept.kind, bytes, "warm-up " + sweep_prefix(swept, bytes), {}, swept.dtype);
       for (int rep = 0; rep < spec.repeats; ++rep)
-        add_collective(program, kind, bytes, sweep_name(kind, bytes, rep), {});
+        add_collective(program, swept.kind, bytes, sweep_prefix(swept, bytes) + std::to_string(rep), {}, swept.dtype);
     }
   // Interference: all-reduces alone, compute alone (after them), then both at once.
   int last = add_collective(program, CollectiveKind::all_reduce, spec.interference_bytes, "warm-up interference", {});
@@ -171,13 +178,12 @@ SweepResult read_sweep(const SweepSpec& spec, const core::Program& program, cons
   if (run.world_size != spec.procs || run.timings.empty())
     throw core::InputError(fmt::format("the sweep's result has {} ranks, expected {}", run.world_size, spec.procs));
   SweepResult result;
-  for (CollectiveKind kind : kSweptKinds)
+  for (const Swept& swept : kSwept)
     for (double bytes : spec.sizes) {
-      const std::string prefix =
-          fmt::format("sweep {} {} #", core::collective_kind_name(kind), static_cast<std::int64_t>(bytes));
+      const std::string prefix = sweep_prefix(swept, bytes);
       // The mean, not the median: Gloo on a busy host stalls now and then for a scheduler tick,
       // and a training step's collectives add up those stalls as their mean says.
-      result.samples.push_back({kind, spec.procs, bytes, mean(durations(program, run, prefix))});
+      result.samples.push_back({swept.kind, swept.dtype, spec.procs, bytes, mean(durations(program, run, prefix))});
     }
   const double comm_alone = mean(durations(program, run, "interference comm alone"));
   const double comm_beside = mean(durations(program, run, "interference comm beside"));
@@ -210,7 +216,7 @@ GlooCost gloo_cost(CollectiveKind kind, int p) {
 double predict(const NetworkFit& fit, const CollectiveSample& sample, int cores) {
   const GlooCost cost = gloo_cost(sample.kind, sample.procs);
   const double contention = std::max(1.0, static_cast<double>(sample.procs) / std::max(1, cores));
-  const KindFit& k = fit.kinds.at(sample.kind);
+  const KindFit& k = (sample.dtype == core::DType::float32 ? fit.kinds : fit.half_kinds).at(sample.kind);
   return k.overhead + cost.steps * k.alpha + cost.volume * contention * sample.bytes * k.beta;
 }
 
@@ -258,10 +264,11 @@ KindFit fit_kind(const std::vector<CollectiveSample>& samples, int cores) {
 }  // namespace
 
 NetworkFit fit_network(const std::vector<CollectiveSample>& samples, int cores) {
-  std::map<CollectiveKind, std::vector<CollectiveSample>> by_kind;
-  for (const CollectiveSample& s : samples) by_kind[s.kind].push_back(s);
+  std::map<std::pair<bool, CollectiveKind>, std::vector<CollectiveSample>> by_kind;  // (half precision, kind)
+  for (const CollectiveSample& s : samples) by_kind[{s.dtype != core::DType::float32, s.kind}].push_back(s);
   NetworkFit fit;
-  for (const auto& [kind, group] : by_kind) {
+  for (const auto& [key, group] : by_kind) {
+    const CollectiveKind kind = key.second;
     if (group.size() < 2)
       throw core::InputError(fmt::format("fitting {} needs at least 2 sizes", core::collective_kind_name(kind)));
     KindFit k = fit_kind(group, cores);
@@ -275,7 +282,7 @@ NetworkFit fit_network(const std::vector<CollectiveSample>& samples, int cores) 
     }
     if (!(k.beta > 0) || !std::isfinite(k.beta))
       throw core::InputError(fmt::format("no {} time was measured", core::collective_kind_name(kind)));
-    fit.kinds[kind] = k;
+    (key.first ? fit.half_kinds : fit.kinds)[kind] = k;
   }
   double error = 0;
   for (const CollectiveSample& s : samples) error += std::abs(predict(fit, s, cores) / s.seconds - 1);
@@ -299,15 +306,22 @@ std::string platform_yaml(const Calibration& c) {
   double fastest = INFINITY;  // seconds per byte of the fastest kind: the links' rate
   for (const auto& [kind, k] : c.network.kinds) fastest = std::min(fastest, k.beta);
   std::string per_kind;
-  for (const auto& [kind, k] : c.network.kinds)
+  auto entry = [&](const std::string& key, const KindFit& k) {
     per_kind += fmt::format(
-        "      {}: {{name: gloo, bandwidth_fraction: {:.4g}, base_latency_us: {:.4g}, step_latency_us: {:.4g}}}\n",
-        core::collective_kind_name(kind), fastest / k.beta, k.overhead * 1e6, k.alpha * 1e6);
+        "      {}: {{name: gloo, bandwidth_fraction: {:.4g}, base_latency_us: {:.4g}, step_latency_us: {:.4g}}}\n", key,
+        std::min(1.0, fastest / k.beta), k.overhead * 1e6, k.alpha * 1e6);
+  };
+  for (const auto& [kind, k] : c.network.kinds) entry(std::string(core::collective_kind_name(kind)), k);
+  // Gloo has no bfloat16: it reduces it as float16 (exec/README.md), so both get the half fit.
+  for (const auto& [kind, k] : c.network.half_kinds)
+    for (const char* dtype : {"float16", "bfloat16"})
+      entry(fmt::format("{}/{}", core::collective_kind_name(kind), dtype), k);
   std::string measured;
   for (const CollectiveSample& s : c.sweep.samples)
-    measured += fmt::format("#   {:<15} p={} {:>10} B  measured {:>9.1f} us  fitted {:>9.1f} us\n",
-                            core::collective_kind_name(s.kind), s.procs, static_cast<std::int64_t>(s.bytes),
-                            s.seconds * 1e6, predict(c.network, s, host.cores) * 1e6);
+    measured +=
+        fmt::format("#   {:<15} {:<8} p={} {:>10} B  measured {:>9.1f} us  fitted {:>9.1f} us\n",
+                    core::collective_kind_name(s.kind), core::dtype_name(s.dtype), s.procs,
+                    static_cast<std::int64_t>(s.bytes), s.seconds * 1e6, predict(c.network, s, host.cores) * 1e6);
   return fmt::format(
       R"(# Written by `{command}` on {host} ({date}).
 # A `cpu` platform with this host's figures: `stratsim simulate --platform THIS_FILE`. It predicts

@@ -70,14 +70,26 @@ void read_network(const core::JsonReader& node, NetworkModel& network) {
   node.expect_object();
   node.allow_only({"link_efficiency", "protocols", "nvls", "algorithms", "per_kind", "source"});
   if (node.has("per_kind")) {
+    // Keys: a kind ("all_reduce") or a kind and a dtype ("all_reduce/float16").
     const core::JsonReader kinds = node.at("per_kind");
     kinds.expect_object();
-    kinds.allow_only({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "source"});
     for (const std::string& key : kinds.keys()) {
       if (key == "source") continue;
-      const nlohmann::json name = key;  // allow_only checked it is a kind's name
-      const core::CollectiveKind kind = core::parse_collective_kind(core::JsonReader(name, kinds.file()));
-      network.per_kind[kind] = read_protocol(kinds.at(key));
+      const auto slash = key.find('/');
+      const nlohmann::json name = key.substr(0, slash);
+      std::optional<core::CollectiveKind> kind;
+      for (core::CollectiveKind k :
+           {core::CollectiveKind::all_reduce, core::CollectiveKind::all_gather, core::CollectiveKind::reduce_scatter,
+            core::CollectiveKind::broadcast, core::CollectiveKind::all_to_all})
+        if (core::collective_kind_name(k) == name.get<std::string>()) kind = k;
+      const std::optional<core::DType> dtype =
+          slash == std::string::npos ? std::nullopt : core::parse_dtype(key.substr(slash + 1));
+      if (!kind || (slash != std::string::npos && !dtype))
+        kinds.at(key).fail(
+            "unknown collective (expected all_reduce, all_gather, reduce_scatter, broadcast or all_to_all, "
+            "optionally /DTYPE)");
+      if (dtype) network.per_kind_dtype[{*kind, *dtype}] = read_protocol(kinds.at(key));
+      else network.per_kind[*kind] = read_protocol(kinds.at(key));
     }
   }
   if (node.has("algorithms")) {

@@ -453,8 +453,10 @@ const Schedule& Simulation::schedule_for(const ProgramOp& op, Algorithm algorith
 // The NCCL protocol a schedule runs under the cost model, chosen once per schedule.
 const Protocol* Simulation::protocol_for(const ProgramOp& op, const Schedule& schedule,
                                          const std::vector<int>& member_nodes) {
-  if (auto kind = platform_.cost.network.per_kind.find(op.kind); kind != platform_.cost.network.per_kind.end())
-    return &kind->second;  // measured for this kind (calibrated Gloo)
+  const NetworkModel& network = platform_.cost.network;
+  if (auto it = network.per_kind_dtype.find({op.kind, op.dtype}); it != network.per_kind_dtype.end())
+    return &it->second;  // measured for this kind and dtype (calibrated Gloo)
+  if (auto it = network.per_kind.find(op.kind); it != network.per_kind.end()) return &it->second;
   auto [it, inserted] = protocol_cache_.try_emplace(&schedule, nullptr);
   if (inserted) {
     const ScheduleCost cost = estimate_parts(schedule, member_nodes, costs_);

@@ -37,7 +37,7 @@ TEST(NetworkFit, RecoversKnownCoefficients) {
   for (CollectiveKind kind : {CollectiveKind::all_reduce, CollectiveKind::all_gather})
     for (int p : {2, 4})
       for (double bytes : {16384.0, 1048576.0, 16777216.0}) {
-        exec::CollectiveSample s{kind, p, bytes, 0};
+        exec::CollectiveSample s{kind, core::DType::float32, p, bytes, 0};
         s.seconds = exec::predict(truth, s, 2);
         samples.push_back(s);
       }
@@ -57,14 +57,23 @@ TEST(NetworkFit, RecoversKnownCoefficients) {
   EXPECT_EQ(flat.kinds.at(CollectiveKind::all_reduce).alpha, 0);
   EXPECT_NEAR(flat.kinds.at(CollectiveKind::all_reduce).overhead, 50e-6 + 2 * 20e-6, 1e-9);
   // Times that do not grow with size (a noisy host): the largest one's time is all transfer.
-  std::vector<exec::CollectiveSample> flat_times = {{CollectiveKind::broadcast, 2, 1e6, 1e-3},
-                                                    {CollectiveKind::broadcast, 2, 1e3, 1.1e-3}};
+  const core::DType f32 = core::DType::float32;
+  std::vector<exec::CollectiveSample> flat_times = {{CollectiveKind::broadcast, f32, 2, 1e6, 1e-3},
+                                                    {CollectiveKind::broadcast, f32, 2, 1e3, 1.1e-3}};
   const exec::KindFit fallback = exec::fit_network(flat_times, 2).kinds.at(CollectiveKind::broadcast);
   EXPECT_EQ(fallback.overhead, 0);
   EXPECT_DOUBLE_EQ(fallback.beta, 1e-3 / 1e6);  // broadcast volume p - 1 = 1
-  const std::vector<exec::CollectiveSample> zero = {{CollectiveKind::broadcast, 2, 1e6, 0},
-                                                    {CollectiveKind::broadcast, 2, 1e3, 0}};
+  const std::vector<exec::CollectiveSample> zero = {{CollectiveKind::broadcast, f32, 2, 1e6, 0},
+                                                    {CollectiveKind::broadcast, f32, 2, 1e3, 0}};
   EXPECT_THROW(exec::fit_network(zero, 2), core::InputError);
+  // Half-precision samples get a fit of their own (Gloo reduces them in software).
+  std::vector<exec::CollectiveSample> mixed = {{CollectiveKind::all_reduce, f32, 2, 1e6, 1e-3},
+                                               {CollectiveKind::all_reduce, f32, 2, 4e6, 3e-3},
+                                               {CollectiveKind::all_reduce, core::DType::float16, 2, 1e6, 2e-3},
+                                               {CollectiveKind::all_reduce, core::DType::float16, 2, 4e6, 7e-3}};
+  const exec::NetworkFit split = exec::fit_network(mixed, 2);
+  EXPECT_NEAR(split.kinds.at(CollectiveKind::all_reduce).beta, 2e-3 / 3e6, 1e-15);       // (3 - 1) ms / 3 MB
+  EXPECT_NEAR(split.half_kinds.at(CollectiveKind::all_reduce).beta, 5e-3 / 3e6, 1e-15);  // (7 - 2) ms / 3 MB
 }
 
 TEST(Sweep, ProgramAndReadingBack) {
@@ -73,8 +82,9 @@ TEST(Sweep, ProgramAndReadingBack) {
   spec.sizes = {1024, 65536};
   spec.repeats = 3;
   const core::Program program = exec::sweep_program(spec);
-  // 4 kinds x 2 sizes x (warm-up + 3), then interference (warm-up + 4 x 6) and 6 streaming ops.
-  EXPECT_EQ(program.ops.size(), 4u * 2 * 4 + 1 + 4 * 6 + 6);
+  // 6 series (4 kinds in float32, all-reduce and reduce-scatter in float16) x 2 sizes x
+  // (warm-up + 3), then interference (warm-up + 4 x 6) and 6 streaming ops.
+  EXPECT_EQ(program.ops.size(), 6u * 2 * 4 + 1 + 4 * 6 + 6);
   EXPECT_EQ(program.streams, (std::vector<std::string>{"compute", "comm"}));
   // A synthetic measured run: each timed sweep instance takes (bytes + 1000) ns, compute alone
   // 2 ms and beside the all-reduces 3 ms, all-reduces beside compute twice as long.
@@ -94,7 +104,8 @@ TEST(Sweep, ProgramAndReadingBack) {
       run.collectives.push_back({op.id, 0, "gloo ring", 0, 2, 0, seconds, {0, 1}});
   }
   const exec::SweepResult result = exec::read_sweep(spec, program, run);
-  ASSERT_EQ(result.samples.size(), 8u);
+  ASSERT_EQ(result.samples.size(), 12u);
+  EXPECT_EQ(result.samples[8].dtype, core::DType::float16);
   EXPECT_EQ(result.samples[1].kind, CollectiveKind::all_reduce);
   EXPECT_DOUBLE_EQ(result.samples[1].bytes, 65536);
   EXPECT_DOUBLE_EQ(result.samples[1].seconds, (65536 + 1000) * 1e-9);
@@ -120,6 +131,8 @@ TEST(CalibrateCli, QuickWritesAPlatformTheSimulatorTakes) {
   ASSERT_EQ(sim.code, 0) << sim.out;
   EXPECT_NE(sim.out.find("cost model calibrated on"), std::string::npos) << sim.out;
   EXPECT_NE(sim.out.find("ring/gloo"), std::string::npos) << sim.out;  // the fitted per-kind costs ran
+  EXPECT_NE(yaml.find("all_reduce/float16:"), std::string::npos);
+  EXPECT_NE(yaml.find("all_reduce/bfloat16:"), std::string::npos);
   std::filesystem::remove(platform);
 }
 

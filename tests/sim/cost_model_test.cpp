@@ -307,6 +307,24 @@ TEST(PerKind, AMeasuredKindRunsItsOwnCosts) {
   const double expected = 100e-6 + 3 * (2e-6 + 10e-6) + 0.75 * 64e6 / (0.25 * 100e9);
   EXPECT_NEAR(result.collectives[0].end - result.collectives[0].start, expected, 1e-9 * expected);
   EXPECT_EQ(result.collectives[1].algorithm, "ring");  // no entry, no protocols: ideal
+  // A kind-and-dtype entry comes first: a float16 all-gather runs its own costs.
+  core::Program half = empty_program({4}, {"world"});
+  const int op = add_collective(half, CollectiveKind::all_gather, 64e6, {0});
+  half.ops[op].dtype = core::DType::float16;
+  platform.cost.network.per_kind_dtype[{CollectiveKind::all_gather, core::DType::float16}] = {
+      "gloo-half", 0.125, 100e-6, 10e-6, 10e-6, std::numeric_limits<double>::infinity()};
+  const sim::SimResult slower = sim::simulate(half, platform);
+  EXPECT_EQ(slower.collectives[0].algorithm, "ring/gloo-half");
+  // The file form: "all_gather/float16".
+  CostModel model = CostModel::ideal();
+  model.apply_file(kData + "per_kind_dtype.yaml");
+  EXPECT_DOUBLE_EQ(
+      model.network.per_kind_dtype.at({CollectiveKind::all_reduce, core::DType::float16}).bandwidth_fraction, 0.5);
+  EXPECT_DOUBLE_EQ(model.network.per_kind.at(CollectiveKind::all_reduce).bandwidth_fraction, 1);
+  EXPECT_EQ(apply_error("bad_per_kind.yaml"),
+            kData +
+                "bad_per_kind.yaml: network.per_kind.all_reduce/float17: unknown collective (expected all_reduce, "
+                "all_gather, reduce_scatter, broadcast or all_to_all, optionally /DTYPE)");
 }
 
 // A collective that starts while its rank's compute stream works (or is about to: its next op is

@@ -46,7 +46,8 @@ HostMeasurement measure_host(const std::vector<std::int64_t>& axis, double min_s
                              const std::function<void(int, int)>& progress = {});
 
 // The collective sweep, the same on every rank: for each kind and size, `repeats` instances one
-// after another on stream "comm"; then the interference segment: all-reduces of
+// after another on stream "comm" (float32, then float16 all-reduces and reduce-scatters, the
+// half-precision collectives of comm hooks and mixed precision); then the interference segment: all-reduces of
 // `interference_bytes` alone, compute ops of `interference_flops` alone, and both at once.
 struct SweepSpec {
   int procs = 2;
@@ -61,6 +62,7 @@ core::Program sweep_program(const SweepSpec& spec);
 
 struct CollectiveSample {
   core::CollectiveKind kind = core::CollectiveKind::all_reduce;
+  core::DType dtype = core::DType::float32;  // float16: Gloo reduces half precision in software
   int procs = 2;
   double bytes = 0;
   double seconds = 0;  // mean over the repeats
@@ -94,7 +96,8 @@ struct KindFit {
 // One fit per collective kind: Gloo's kinds differ more than one link explains (its in-place
 // halving-doubling reduce-scatter moves several times the bytes of its all-gather).
 struct NetworkFit {
-  std::map<core::CollectiveKind, KindFit> kinds;
+  std::map<core::CollectiveKind, KindFit> kinds;       // float32
+  std::map<core::CollectiveKind, KindFit> half_kinds;  // float16 (and bfloat16, reduced as float16)
   double mean_abs_error = 0;  // of the fit over the samples, relative
 };
 // Least squares on relative error per kind, coefficients kept >= 0; alpha is 0 for a kind

@@ -60,6 +60,9 @@ struct NetworkModel {
   // all-gather): a protocol of its own per kind, used instead of `protocols` for that kind.
   // `stratsim calibrate` fits them.
   std::map<core::CollectiveKind, Protocol> per_kind;
+  // The same for one dtype of a kind ("all_reduce/float16": Gloo reduces half precision in
+  // software, slower than float32); looked up before per_kind.
+  std::map<std::pair<core::CollectiveKind, core::DType>, Protocol> per_kind_dtype;
 };
 
 struct Interference {
