@@ -161,16 +161,14 @@ core::Program sweep_program(const SweepSpec& spec) {
     add_collective(program, CollectiveKind::all_reduce, spec.interference_bytes,
                    fmt::format("interference comm beside compute #{}", i),
                    i == 0 ? std::vector<int>{compute_done} : std::vector<int>{});
-  int beside = -1;
   for (int i = 0; i < spec.interference_ops; ++i)
-    beside = add_compute(program, spec.interference_flops, fmt::format("interference compute beside comm #{}", i), {});
+    add_compute(program, spec.interference_flops, fmt::format("interference compute beside comm #{}", i), {});
   // Memory-bound ops on every rank at once (flops 0: the executor streams y += a x over the bytes).
   for (int i = 0; i < spec.interference_ops; ++i) {
     const int op = add_compute(program, 0, fmt::format("stream shared #{}", i), {});
     program.ops[static_cast<std::size_t>(op)].bytes_accessed = static_cast<std::int64_t>(spec.stream_bytes);
     program.ops[static_cast<std::size_t>(op)].op_class = "elementwise";
   }
-  (void)beside;
   return program;
 }
 

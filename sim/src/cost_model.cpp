@@ -8,27 +8,28 @@
 #include <optional>
 
 #include "cost_model_data.hpp"
+#include "cost_model_fields.hpp"
 #include "stratsim/core/errors.hpp"
 
 namespace stratsim::sim {
 namespace {
 
-double read_fraction(const core::JsonReader& node) {
-  const double value = node.as_number();
-  if (!(value > 0 && value <= 1)) node.fail(fmt::format("expected a fraction in (0, 1], got {}", value));
-  return value;
+using detail::read_fraction;
+using detail::read_microseconds;
+
+// The collective kind named `name` ("all_reduce"), if any.
+std::optional<core::CollectiveKind> kind_named(const std::string& name) {
+  for (core::CollectiveKind kind :
+       {core::CollectiveKind::all_reduce, core::CollectiveKind::all_gather, core::CollectiveKind::reduce_scatter,
+        core::CollectiveKind::broadcast, core::CollectiveKind::all_to_all})
+    if (core::collective_kind_name(kind) == name) return kind;
+  return std::nullopt;
 }
 
 double read_slowdown(const core::JsonReader& node) {
   const double value = node.as_number();
   if (!(value >= 1 && value <= 100)) node.fail(fmt::format("expected a slowdown factor from 1 to 100, got {}", value));
   return value;
-}
-
-double read_microseconds(const core::JsonReader& node) {
-  const double us = node.as_number();
-  if (!(us >= 0 && us <= 1e6)) node.fail(fmt::format("expected microseconds from 0 to 1e6, got {}", us));
-  return us * 1e-6;
 }
 
 void read_link_efficiency(const core::JsonReader& node, NetworkModel& network) {
@@ -76,12 +77,7 @@ void read_network(const core::JsonReader& node, NetworkModel& network) {
     for (const std::string& key : kinds.keys()) {
       if (key == "source") continue;
       const auto slash = key.find('/');
-      const nlohmann::json name = key.substr(0, slash);
-      std::optional<core::CollectiveKind> kind;
-      for (core::CollectiveKind k :
-           {core::CollectiveKind::all_reduce, core::CollectiveKind::all_gather, core::CollectiveKind::reduce_scatter,
-            core::CollectiveKind::broadcast, core::CollectiveKind::all_to_all})
-        if (core::collective_kind_name(k) == name.get<std::string>()) kind = k;
+      const std::optional<core::CollectiveKind> kind = kind_named(key.substr(0, slash));
       const std::optional<core::DType> dtype =
           slash == std::string::npos ? std::nullopt : core::parse_dtype(key.substr(slash + 1));
       if (!kind || (slash != std::string::npos && !dtype))
@@ -98,8 +94,7 @@ void read_network(const core::JsonReader& node, NetworkModel& network) {
     list.allow_only({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "source"});
     for (const std::string& key : list.keys()) {
       if (key == "source") continue;
-      const nlohmann::json name = key;  // allow_only checked it is a kind's name
-      const core::CollectiveKind kind = core::parse_collective_kind(core::JsonReader(name, list.file()));
+      const core::CollectiveKind kind = *kind_named(key);  // allow_only checked it is a kind's name
       const std::optional<Algorithm> algorithm = parse_algorithm(list.at(key).as_string());
       if (!algorithm || *algorithm == Algorithm::automatic || *algorithm == Algorithm::nvls ||
           !implements(*algorithm, kind))

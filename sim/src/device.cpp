@@ -9,6 +9,7 @@
 #include <cmath>
 #include <utility>
 
+#include "cost_model_fields.hpp"
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/json_reader.hpp"
 
@@ -105,17 +106,8 @@ double ComputeModel::duration(const core::ProgramOp& op, const DeviceSpec& devic
 
 namespace {
 
-double read_fraction(const core::JsonReader& node) {
-  const double value = node.as_number();
-  if (!(value > 0 && value <= 1)) node.fail(fmt::format("expected a fraction in (0, 1], got {}", value));
-  return value;
-}
-
-double read_microseconds(const core::JsonReader& node) {
-  const double us = node.as_number();
-  if (!(us >= 0 && us <= 1e6)) node.fail(fmt::format("expected microseconds from 0 to 1e6, got {}", us));
-  return us * 1e-6;
-}
+using detail::read_fraction;
+using detail::read_microseconds;
 
 std::vector<double> read_axis(const core::JsonReader& table, const char* key) {
   const core::JsonReader node = table.at(key);
