@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "cost_model_data.hpp"
@@ -142,15 +143,18 @@ void read_interference(const core::JsonReader& node, Interference& interference)
 
 CostModel CostModel::ideal() { return CostModel{}; }
 
+// The compiled-in files, parsed once: every parse_platform() of a preset copies one.
 CostModel CostModel::preset(const std::string& name) {
-  for (const detail::CostModelFile& file : detail::cost_model_files())
-    if (name == file.preset) {
-      CostModel model;
+  static const std::map<std::string, CostModel> presets = [] {
+    std::map<std::string, CostModel> parsed;
+    for (const detail::CostModelFile& file : detail::cost_model_files()) {
       const std::string origin = fmt::format("sim/cost-models/{}.yaml", file.preset);
       const nlohmann::json document = core::parse_document(file.text, origin, true);
-      model.apply(core::JsonReader(document, origin));
-      return model;
+      parsed[file.preset].apply(core::JsonReader(document, origin));
     }
+    return parsed;
+  }();
+  if (auto it = presets.find(name); it != presets.end()) return it->second;
   throw core::InputError(fmt::format("no cost model for preset \"{}\"", name));
 }
 
@@ -171,14 +175,18 @@ void CostModel::apply_file(const std::string& path) {
   apply(core::JsonReader(document, path));
 }
 
+double protocol_time(const Protocol& protocol, double latency, int intra_steps, int inter_steps, double bandwidth) {
+  return protocol.base_latency + latency + intra_steps * protocol.step_latency_intra +
+         inter_steps * protocol.step_latency_inter + bandwidth / protocol.bandwidth_fraction;
+}
+
 const Protocol* choose_protocol(const NetworkModel& network, double bytes, double latency, int intra_steps,
                                 int inter_steps, double bandwidth) {
   const Protocol* best = nullptr;
   double best_time = 0;
   for (const Protocol& protocol : network.protocols) {
     if (bytes > protocol.max_bytes) continue;
-    const double time = protocol.base_latency + latency + intra_steps * protocol.step_latency_intra +
-                        inter_steps * protocol.step_latency_inter + bandwidth / protocol.bandwidth_fraction;
+    const double time = protocol_time(protocol, latency, intra_steps, inter_steps, bandwidth);
     if (!best || time < best_time) best = &protocol, best_time = time;  // ties: the first listed
   }
   return best;

@@ -72,8 +72,7 @@ double candidate_time(CollectiveKind kind, Algorithm algorithm, const std::vecto
     }
     const Protocol* protocol =
         choose_protocol(*network, bytes, parts.latency, parts.intra_steps, parts.inter_steps, parts.bandwidth);
-    return protocol->base_latency + parts.latency + parts.intra_steps * protocol->step_latency_intra +
-           parts.inter_steps * protocol->step_latency_inter + parts.bandwidth / protocol->bandwidth_fraction;
+    return protocol_time(*protocol, parts.latency, parts.intra_steps, parts.inter_steps, parts.bandwidth);
   }
   // Hierarchical phases are all-intra or all-inter, so its estimate is its closed form.
   if (algorithm == Algorithm::hierarchical)

@@ -91,6 +91,8 @@ struct CostModel {
 // `latency` seconds of route latency over intra_steps + inter_steps steps and `bandwidth` seconds
 // of transfer on the ideal protocol: the lowest base + latency + steps x step latencies +
 // bandwidth / fraction among the protocols allowed for `bytes`. Null when the model has none.
+// The time the estimate above gives `protocol`.
+double protocol_time(const Protocol& protocol, double latency, int intra_steps, int inter_steps, double bandwidth);
 const Protocol* choose_protocol(const NetworkModel& network, double bytes, double latency, int intra_steps,
                                 int inter_steps, double bandwidth);
 
