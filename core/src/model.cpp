@@ -10,7 +10,7 @@ namespace {
 
 // Module types the model format knows as leaves. The first name of a kind is its canonical one;
 // RMSNormPython and SDPA are aliases. Containers have no type name of their own.
-constexpr EnumNames<LeafKind, 14> kLeafTypes{{{{LeafKind::linear, "Linear"},
+constexpr EnumNames<LeafKind, 17> kLeafTypes{{{{LeafKind::linear, "Linear"},
                                                {LeafKind::relu, "ReLU"},
                                                {LeafKind::sigmoid, "Sigmoid"},
                                                {LeafKind::silu, "SiLU"},
@@ -23,11 +23,21 @@ constexpr EnumNames<LeafKind, 14> kLeafTypes{{{{LeafKind::linear, "Linear"},
                                                {LeafKind::layer_norm, "LayerNorm"},
                                                {LeafKind::embedding, "Embedding"},
                                                {LeafKind::attention, "ScaledDotProductAttention"},
-                                               {LeafKind::attention, "SDPA"}}}};
+                                               {LeafKind::attention, "SDPA"},
+                                               {LeafKind::rotary, "RotaryEmbedding"},
+                                               {LeafKind::cross_entropy, "CrossEntropyLoss"},
+                                               {LeafKind::cross_entropy, "CrossEntropy"}}}};
+
+constexpr EnumNames<JoinKind, 3> kJoinKinds{
+    {{{JoinKind::add, "add"}, {JoinKind::mul, "mul"}, {JoinKind::concat, "concat"}}}};
 
 }  // namespace
 
 std::string_view leaf_kind_name(LeafKind kind) { return kLeafTypes.name(kind, "container"); }
+
+std::string_view join_kind_name(JoinKind kind) { return kJoinKinds.name(kind, "?"); }
+
+std::optional<JoinKind> parse_join_kind(std::string_view name) { return kJoinKinds.parse(name); }
 
 std::optional<LeafKind> parse_leaf_kind(std::string_view type) { return kLeafTypes.parse(type); }
 
@@ -69,7 +79,7 @@ std::vector<ForwardStep> flat_forward(const Model& model) {
     if (module.leaf != LeafKind::container) return steps.push_back({ForwardStep::Kind::child, m});
     for (const ForwardStep& step : module.forward) {
       if (step.kind == ForwardStep::Kind::child) self(self, step.index);
-      else steps.push_back(step);
+      else if (step.kind == ForwardStep::Kind::param_matmul) steps.push_back(step);
     }
   };
   if (!model.modules.empty()) visit(visit, 0);

@@ -140,7 +140,11 @@ class ModelParser {
       case LeafKind::rms_norm:
       case LeafKind::layer_norm: {
         node.allow_only({"name", "type", "dim", "normalized_shape", "eps", "elementwise_affine", "bias", "dtype",
-                         "checkpoint"});
+                         "checkpoint", "fused"});
+        m.fused = node.get_bool("fused", true);
+        if (kind == LeafKind::layer_norm && !m.fused)
+          node.at("fused").fail(
+              "LayerNorm always runs one kernel (native_layer_norm); only RMSNorm has an eager composite");
         const char* key = node.has("dim") ? "dim" : "normalized_shape";
         if (!node.has(key)) node.fail("required field \"dim\" is missing");
         m.dim = positive(node, key);
@@ -161,11 +165,22 @@ class ModelParser {
         break;
       }
       case LeafKind::attention: {
-        node.allow_only({"name", "type", "heads", "kv_heads", "head_dim", "causal", "functional", "checkpoint"});
+        node.allow_only({"name", "type", "heads", "kv_heads", "head_dim", "causal", "fused", "dropout", "functional",
+                         "checkpoint"});
         m.heads = positive(node, "heads");
         m.head_dim = positive(node, "head_dim");
         m.kv_heads = node.has("kv_heads") ? positive(node, "kv_heads") : m.heads;
+        if (m.heads % m.kv_heads != 0)
+          node.at("kv_heads").fail(fmt::format("heads {} is not a multiple of kv_heads {}", m.heads, m.kv_heads));
         m.causal = node.get_bool("causal", true);
+        m.fused = node.get_bool("fused", true);
+        m.dropout = node.get_number("dropout", 0);
+        if (!(m.dropout >= 0 && m.dropout < 1)) node.at("dropout").fail("expected a probability in [0, 1)");
+        break;
+      }
+      case LeafKind::cross_entropy: {
+        // The loss reads the logits: its width is the vocabulary, taken from the running tensor.
+        node.allow_only({"name", "type", "functional", "checkpoint"});
         break;
       }
       default:
@@ -200,20 +215,118 @@ class ModelParser {
       for (int param : m.params) m.forward.push_back({ForwardStep::Kind::param_matmul, param});
       return;
     }
-    for (const std::string& step : node.get_string_list("forward")) {
-      bool found = false;
-      for (int child : m.children)
-        if (model_.modules[child].name == step) {
-          m.forward.push_back({ForwardStep::Kind::child, child});
-          found = true;
-        }
-      for (int param : m.params)
-        if (!found && model_.params[param].name == step) {
-          m.forward.push_back({ForwardStep::Kind::param_matmul, param});
-          found = true;
-        }
-      if (!found) node.at("forward").fail(fmt::format("\"{}\" is neither a child module nor a parameter of this module", step));
+    const JsonReader list = node.at("forward");
+    if (list.is_string()) {
+      m.forward.push_back(chain_step(list, index, list.as_string(), 0));
+      return;
     }
+    list.expect_array();
+    int current = 0;  // the slot the previous step wrote
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const JsonReader item = list.at(i);
+      if (item.is_string()) {
+        m.forward.push_back(chain_step(item, index, item.as_string(), current));
+      } else {
+        m.forward.push_back(graph_step(item, index));
+        m.graph = true;
+      }
+      current = m.forward.back().output;
+    }
+    m.result = current;
+    count_uses(m);
+  }
+
+  // A child module or own parameter named in `forward`: {kind, index}.
+  ForwardStep resolve_call(const JsonReader& where, int index, const std::string& name) {
+    const Module& m = model_.modules[index];
+    for (int child : m.children)
+      if (model_.modules[child].name == name) return {ForwardStep::Kind::child, child};
+    for (int param : m.params)
+      if (model_.params[param].name == name) return {ForwardStep::Kind::param_matmul, param};
+    where.fail(fmt::format("\"{}\" is neither a child module nor a parameter of this module", name));
+  }
+
+  ForwardStep chain_step(const JsonReader& where, int index, const std::string& name, int current) {
+    ForwardStep step = resolve_call(where, index, name);
+    step.inputs = {current};
+    step.output = current;
+    return step;
+  }
+
+  // {call: CHILD, in: T | [T...], out: T} or {op: add|mul|concat, in: [T, T...], out: T}.
+  ForwardStep graph_step(const JsonReader& item, int index) {
+    item.expect_object();
+    item.allow_only({"call", "op", "in", "out"});
+    if (item.has("call") == item.has("op")) item.fail("a forward step object needs exactly one of \"call\" or \"op\"");
+    ForwardStep step;
+    if (item.has("call")) {
+      step = resolve_call(item.at("call"), index, item.at("call").as_string());
+    } else {
+      const std::string op = item.at("op").as_string();
+      const auto join = parse_join_kind(op);
+      if (!join) item.at("op").fail(fmt::format("unknown op \"{}\" (expected add, mul or concat)", op));
+      step.kind = ForwardStep::Kind::join;
+      step.join = *join;
+    }
+    if (!item.has("in")) item.fail("required field \"in\" is missing (the tensors the step reads)");
+    step.inputs.clear();
+    for (const std::string& name : item.get_string_list("in"))
+      step.inputs.push_back(slot_or_fail(item.at("in"), index, name));
+    check_arity(item, step);
+    if (!item.has("out")) item.fail("required field \"out\" is missing (the tensor the step writes)");
+    step.output = slot_for_write(item.at("out"), index);
+    return step;
+  }
+
+  int slot_or_fail(const JsonReader& where, int index, const std::string& name) {
+    const std::vector<std::string>& tensors = model_.modules[index].tensors;
+    for (std::size_t s = 0; s < tensors.size(); ++s)
+      if (tensors[s] == name) return static_cast<int>(s);
+    std::string known;
+    for (const std::string& t : tensors) known += (known.empty() ? "" : ", ") + t;
+    where.fail(fmt::format("no tensor \"{}\" yet (the input is \"x\"; tensors so far: {})", name, known));
+  }
+
+  int slot_for_write(const JsonReader& where, int index) {
+    const std::string name = where.as_string();
+    if (name.empty()) where.fail("a tensor name must be non-empty");
+    std::vector<std::string>& tensors = model_.modules[index].tensors;
+    for (std::size_t s = 0; s < tensors.size(); ++s)
+      if (tensors[s] == name) return static_cast<int>(s);  // rebinding, as x = x + h does
+    tensors.push_back(name);
+    return static_cast<int>(tensors.size() - 1);
+  }
+
+  // Attention reads q (and optionally k and v); a join two or more tensors; everything else one.
+  void check_arity(const JsonReader& item, const ForwardStep& step) {
+    const std::size_t n = step.inputs.size();
+    if (step.kind == ForwardStep::Kind::join) {
+      if (n < 2) item.at("in").fail(fmt::format("{} joins two or more tensors, got {}", join_kind_name(step.join), n));
+      return;
+    }
+    const bool attention =
+        step.kind == ForwardStep::Kind::child && model_.modules[step.index].leaf == LeafKind::attention;
+    if (attention && n != 1 && n != 3)
+      item.at("in").fail(fmt::format("attention reads q, k and v (or one fused tensor), got {} tensors", n));
+    if (!attention && n != 1) {
+      const std::string what =
+          step.kind == ForwardStep::Kind::child ? model_.modules[step.index].type : "a parameter matmul";
+      item.at("in").fail(fmt::format("{} takes one input tensor, got {}", what, n));
+    }
+  }
+
+  // How many steps read each version of each slot; the returned version counts once more (its
+  // reader is the parent). A version read more than once is a branch: backward sums its gradients.
+  static void count_uses(Module& m) {
+    std::vector<int*> version(m.tensors.size(), nullptr);
+    m.input_uses = 0;
+    version[0] = &m.input_uses;
+    for (ForwardStep& step : m.forward) step.output_uses = 0;
+    for (ForwardStep& step : m.forward) {
+      for (int slot : step.inputs) ++*version[slot];
+      version[step.output] = &step.output_uses;
+    }
+    ++*version[m.result];
   }
 
   bool first_leaf_is_embedding() const {

@@ -281,7 +281,8 @@ void parse_mesh(const JsonReader& doc, Plan& plan) {
 }
 
 OptimizerConfig parse_optimizer(const JsonReader& node) {
-  node.allow_only({"type", "lr", "momentum", "weight_decay", "amsgrad", "foreach", "fused", "betas", "eps"});
+  node.allow_only(
+      {"type", "lr", "momentum", "weight_decay", "amsgrad", "master_weights", "foreach", "fused", "betas", "eps"});
   OptimizerConfig config;
   std::string type = node.get_string("type", "sgd");
   if (type == "sgd" || type == "SGD") config.kind = OptimizerKind::sgd;
@@ -292,6 +293,7 @@ OptimizerConfig parse_optimizer(const JsonReader& node) {
   config.momentum = node.get_number("momentum", 0.0);
   config.weight_decay = node.get_number("weight_decay", 0.0);
   config.amsgrad = node.get_bool("amsgrad", false);
+  config.master_weights = node.get_bool("master_weights", false);
   return config;
 }
 

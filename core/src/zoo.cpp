@@ -76,7 +76,7 @@ void check_options(const std::map<std::string, std::string>& options, std::initi
 }
 
 json transformer_from_options(const std::map<std::string, std::string>& options, TransformerConfig config) {
-  check_options(options, {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "style", "dtype"});
+  check_options(options, {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "style", "dtype", "norm"});
   config.layers = option_int(options, "layers", config.layers);
   config.hidden = option_int(options, "hidden", config.hidden);
   config.heads = option_int(options, "heads", config.heads);
@@ -88,6 +88,11 @@ json transformer_from_options(const std::map<std::string, std::string>& options,
     if (it->second != "llama" && it->second != "gpt")
       throw InputError(fmt::format("zoo option style: expected llama or gpt, got \"{}\"", it->second));
     config.style = it->second;
+  }
+  if (auto it = options.find("norm"); it != options.end()) {
+    if (it->second != "eager" && it->second != "fused")
+      throw InputError(fmt::format("zoo option norm: expected eager or fused, got \"{}\"", it->second));
+    config.eager_rms_norm = it->second == "eager";
   }
   if (auto it = options.find("dtype"); it != options.end()) {
     if (!parse_dtype(it->second)) throw InputError(fmt::format("zoo option dtype: unknown dtype \"{}\"", it->second));
@@ -159,7 +164,8 @@ std::vector<ZooEntry> make_zoo() {
          {"modules", {linear("net1", 5, 8), leaf("relu", "ReLU"), linear("net2", 8, 4), linear("net3", 4, 12)}}});
   fixed("TestModel", "test_fsdp_tp_extension_grad: mlp = MLPModule, mlp_norm = RMSNormPython(10); forward mlp(mlp_norm(x))",
         {{"name", "TestModel"}, {"modules", {mlp_module("mlp"), rmsnorm_python("mlp_norm", 10)}}, {"forward", {"mlp_norm", "mlp"}}});
-  const std::string transformer_options = "layers,hidden,heads,kv_heads,ffn,vocab,seq,style=llama|gpt,dtype";
+  const std::string transformer_options =
+      "layers,hidden,heads,kv_heads,ffn,vocab,seq,style=llama|gpt,dtype,norm=eager|fused";
   entries.push_back({"gpt", "decoder-only transformer; defaults LLaMA-7B-like (32 x 4096, ffn 11008, seq 2048)",
                      transformer_options, [](const auto& o) { return transformer_from_options(o, TransformerConfig{}); }});
   entries.push_back({"llama2-7b", "LLaMA-2 7B: 32 layers, hidden 4096, 32 heads, ffn 11008, vocab 32000, seq 4096",
@@ -177,39 +183,69 @@ std::vector<ZooEntry> make_zoo() {
   return entries;
 }
 
+// A forward step of a graph: call a child (or join with `op`) on named tensors.
+json call(const std::string& child, json in, const std::string& out) {
+  return {{"call", child}, {"in", std::move(in)}, {"out", out}};
+}
+json join(const std::string& op, json in, const std::string& out) {
+  return {{"op", op}, {"in", std::move(in)}, {"out", out}};
+}
+
+json sdpa(std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim) {
+  return {{"name", "sdpa"},       {"type", "ScaledDotProductAttention"},
+          {"heads", heads},       {"kv_heads", kv_heads},
+          {"head_dim", head_dim}, {"functional", true}};
+}
+
+// Pre-norm residual block: x + attention(norm(x)), then x + ffn(norm(x)).
+json residual_forward(const std::string& norm1, const std::string& attention, const std::string& norm2,
+                      const std::string& ffn) {
+  return {call(norm1, "x", "h"), call(attention, "h", "a"), join("add", {"x", "a"}, "x"),
+          call(norm2, "x", "h"), call(ffn, "h", "f"),       join("add", {"x", "f"}, "x")};
+}
+
+json rms_norm(const std::string& name, const TransformerConfig& c) {
+  return {{"name", name}, {"type", "RMSNorm"}, {"dim", c.hidden}, {"fused", !c.eager_rms_norm}};
+}
+
+// torchtitan's llama3 TransformerBlock: q, k, v projections of one input, rotary embeddings on q
+// and k, flash attention, and a SwiGLU feed-forward w2(silu(w1 x) * w3 x).
 json llama_block(const std::string& name, const TransformerConfig& c) {
   const std::int64_t head_dim = c.hidden / c.heads;
   const std::int64_t kv = c.kv_heads == 0 ? c.heads : c.kv_heads;
-  json attention = container("attention", "Attention",
-                             {linear("wq", c.hidden, c.heads * head_dim, false), linear("wk", c.hidden, kv * head_dim, false),
-                              linear("wv", c.hidden, kv * head_dim, false),
-                              {{"name", "sdpa"}, {"type", "ScaledDotProductAttention"}, {"heads", c.heads},
-                               {"kv_heads", kv}, {"head_dim", head_dim}, {"functional", true}},
-                              linear("wo", c.heads * head_dim, c.hidden, false)});
+  json attention =
+      container("attention", "Attention",
+                {linear("wq", c.hidden, c.heads * head_dim, false), linear("wk", c.hidden, kv * head_dim, false),
+                 linear("wv", c.hidden, kv * head_dim, false), functional("rope", "RotaryEmbedding"),
+                 sdpa(c.heads, kv, head_dim), linear("wo", c.heads * head_dim, c.hidden, false)});
+  attention["forward"] = {call("wq", "x", "q"),   call("wk", "x", "k"),   call("wv", "x", "v"),
+                          call("rope", "q", "q"), call("rope", "k", "k"), call("sdpa", {"q", "k", "v"}, "o"),
+                          call("wo", "o", "o")};
   json ffn = container("feed_forward", "FeedForward",
                        {linear("w1", c.hidden, c.ffn, false), linear("w2", c.ffn, c.hidden, false),
-                        linear("w3", c.hidden, c.ffn, false), {{"name", "silu"}, {"type", "SiLU"}, {"functional", true}}});
-  ffn["forward"] = {"w1", "w3", "silu", "w2"};
-  json block = container(name, "TransformerBlock",
-                         {attention, ffn, {{"name", "attention_norm"}, {"type", "RMSNorm"}, {"dim", c.hidden}},
-                          {{"name", "ffn_norm"}, {"type", "RMSNorm"}, {"dim", c.hidden}}});
-  block["forward"] = {"attention_norm", "attention", "ffn_norm", "feed_forward"};
+                        linear("w3", c.hidden, c.ffn, false), functional("silu", "SiLU")});
+  ffn["forward"] = {call("w1", "x", "g"), call("silu", "g", "g"), call("w3", "x", "u"), join("mul", {"g", "u"}, "g"),
+                    call("w2", "g", "y")};
+  json block =
+      container(name, "TransformerBlock", {attention, ffn, rms_norm("attention_norm", c), rms_norm("ffn_norm", c)});
+  block["forward"] = residual_forward("attention_norm", "attention", "ffn_norm", "feed_forward");
   return block;
 }
 
+// nanoGPT's Block: one fused qkv projection (c_attn) feeding attention, GELU MLP.
 json gpt_block(const std::string& name, const TransformerConfig& c) {
   const std::int64_t head_dim = c.hidden / c.heads;
   json attention = container("attn", "CausalSelfAttention",
-                             {linear("c_attn", c.hidden, 3 * c.hidden),
-                              {{"name", "sdpa"}, {"type", "ScaledDotProductAttention"}, {"heads", c.heads},
-                               {"head_dim", head_dim}, {"functional", true}},
+                             {linear("c_attn", c.hidden, 3 * c.hidden), sdpa(c.heads, c.heads, head_dim),
                               linear("c_proj", c.hidden, c.hidden)});
   json mlp = container("mlp", "MLP", {linear("c_fc", c.hidden, c.ffn), leaf("gelu", "GELU"), linear("c_proj", c.ffn, c.hidden)});
-  return container(name, "Block",
-                   {{{"name", "ln_1"}, {"type", "LayerNorm"}, {"dim", c.hidden}},
-                    attention,
-                    {{"name", "ln_2"}, {"type", "LayerNorm"}, {"dim", c.hidden}},
-                    mlp});
+  json block = container(name, "Block",
+                         {{{"name", "ln_1"}, {"type", "LayerNorm"}, {"dim", c.hidden}},
+                          attention,
+                          {{"name", "ln_2"}, {"type", "LayerNorm"}, {"dim", c.hidden}},
+                          mlp});
+  block["forward"] = residual_forward("ln_1", "attn", "ln_2", "mlp");
+  return block;
 }
 
 }  // namespace
@@ -222,17 +258,30 @@ nlohmann::json transformer_document(const TransformerConfig& c) {
   doc["name"] = c.style == "gpt" ? "GPT" : "Transformer";
   doc["dtype"] = c.dtype;
   doc["seq_len"] = c.seq;
+  // The training loss over the vocabulary ends both: F.cross_entropy(logits.float(), labels).
   if (c.style == "gpt") {
-    doc["modules"] = {{{"name", "wte"}, {"type", "Embedding"}, {"num_embeddings", c.vocab}, {"embedding_dim", c.hidden}},
-                      {{"name", "wpe"}, {"type", "Embedding"}, {"num_embeddings", c.seq}, {"embedding_dim", c.hidden}},
-                      container("h", "ModuleList", layers),
-                      {{"name", "ln_f"}, {"type", "LayerNorm"}, {"dim", c.hidden}},
-                      linear("lm_head", c.hidden, c.vocab, false)};
+    doc["modules"] = {
+        {{"name", "wte"}, {"type", "Embedding"}, {"num_embeddings", c.vocab}, {"embedding_dim", c.hidden}},
+        {{"name", "wpe"}, {"type", "Embedding"}, {"num_embeddings", c.seq}, {"embedding_dim", c.hidden}},
+        container("h", "ModuleList", layers),
+        {{"name", "ln_f"}, {"type", "LayerNorm"}, {"dim", c.hidden}},
+        linear("lm_head", c.hidden, c.vocab, false),
+        functional("loss", "CrossEntropyLoss")};
+    // Token and position embeddings are summed.
+    doc["forward"] = {call("wte", "x", "tok"),
+                      call("wpe", "x", "pos"),
+                      join("add", {"tok", "pos"}, "h"),
+                      "h",
+                      "ln_f",
+                      "lm_head",
+                      "loss"};
   } else {
-    doc["modules"] = {{{"name", "tok_embeddings"}, {"type", "Embedding"}, {"num_embeddings", c.vocab}, {"embedding_dim", c.hidden}},
-                      container("layers", "ModuleList", layers),
-                      {{"name", "norm"}, {"type", "RMSNorm"}, {"dim", c.hidden}},
-                      linear("output", c.hidden, c.vocab, false)};
+    doc["modules"] = {
+        {{"name", "tok_embeddings"}, {"type", "Embedding"}, {"num_embeddings", c.vocab}, {"embedding_dim", c.hidden}},
+        container("layers", "ModuleList", layers),
+        rms_norm("norm", c),
+        linear("output", c.hidden, c.vocab, false),
+        functional("loss", "CrossEntropyLoss")};
   }
   return doc;
 }

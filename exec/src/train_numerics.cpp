@@ -486,6 +486,9 @@ std::string unsupported_reason(const core::Model& model) {
   const std::string prefix = fmt::format("model {}: ", model.name);
   for (int i = 0; i < static_cast<int>(model.modules.size()); ++i) {
     const Module& m = model.modules[i];
+    if (m.graph)
+      return prefix + fmt::format("{}'s forward names tensors (branches and joins); --train runs chain forwards only",
+                                  module_label(model, i));
     if (!trainable_leaf(m.leaf))
       return prefix + fmt::format(
                           "{} is {} {}; --train supports Linear, ReLU, Sigmoid, Tanh, SiLU, GELU, Identity, "

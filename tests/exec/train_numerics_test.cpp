@@ -676,6 +676,12 @@ TEST(TrainNumericsSupportTest, UnsupportedModelsAreRefused) {
   EXPECT_EQ(reason({{"name", "V"}, {"modules", {fc}}, {"parameters", {{{"name", "v"}, {"shape", {4}}}}}}),
             "model V: module \"V\" multiplies by parameter \"v\" of shape [4]; a parameter matmul needs a 2-D "
             "parameter");
+  EXPECT_EQ(
+      reason({{"name", "G"},
+              {"modules", {fc}},
+              {"forward",
+               {{{"call", "fc"}, {"in", "x"}, {"out", "h"}}, {{"op", "add"}, {"in", {"x", "h"}}, {"out", "y"}}}}}),
+      "model G: module \"G\"'s forward names tensors (branches and joins); --train runs chain forwards only");
   EXPECT_EQ(reason({{"name", "W"},
                     {"modules", {fc, {{"name", "fc2"}, {"type", "Linear"}, {"in_features", 5}, {"out_features", 2}}}}}),
             "model W: module \"fc2\" expects 5 input features but receives 4");

@@ -1,5 +1,7 @@
 #include "compute_cost.hpp"
 
+#include <algorithm>
+
 namespace stratsim::core::planner {
 
 std::vector<GemmShape> linear_forward_gemms(std::int64_t tokens, std::int64_t in_local, std::int64_t out_local) {
@@ -14,9 +16,103 @@ std::vector<GemmShape> linear_backward_gemms(std::int64_t tokens, std::int64_t i
   return gemms;
 }
 
+namespace {
+
+// Scaled-dot-product attention over the local heads. Flash (SDPA's fused kernel, the default)
+// never writes the [batch, heads, seq, seq] scores: it reads q, k, v, writes the output and the
+// log-sum-exp, and its backward recomputes the probabilities (5 GEMM-sized products to forward's 2).
+// The math path (fused: false) runs two batched GEMMs around a softmax that materialises the
+// scores, keeps the probabilities for backward, and computes the masked half anyway.
+void attention_cost(LeafCost& cost, const Module& m, const Activation& q, std::int64_t kv_local) {
+  const std::int64_t width = q.features();
+  const bool chain = kv_local <= 0;
+  const std::int64_t kv = chain ? width : kv_local;
+  const std::int64_t batch = q.rank() == 3 ? q.shape[0] : 1;
+  const std::int64_t seq = q.rank() == 3 ? q.shape[1] : q.tokens();
+  const std::int64_t t = q.tokens();
+  const int d = dtype_size(q.dtype);
+  const std::int64_t head_dim = std::max<std::int64_t>(1, m.head_dim);
+  const std::int64_t heads = std::max<std::int64_t>(1, width / head_dim);
+  const std::int64_t lse = batch * heads * seq * 4;
+  const std::int64_t qkvo = (2 * t * width + 2 * t * kv) * d;
+  if (m.fused) {
+    const double fraction = m.causal ? 0.5 : 1.0;
+    cost.op_class = "attention";
+    cost.forward_flops = 4.0 * batch * seq * seq * width * fraction;
+    cost.backward_flops = 2.5 * cost.forward_flops;
+    cost.forward_bytes = qkvo + lse;
+    cost.backward_bytes = qkvo + t * width * d + lse + (t * width + 2 * t * kv) * d;
+    // A chain model has no q, k, v tensors to share: the kernel's saved inputs are its own.
+    cost.saved_bytes = lse + (chain ? qkvo : 0);
+    cost.saves_kv = !chain;
+    cost.saves_input = cost.saves_output = !chain;
+    return;
+  }
+  const std::int64_t rows = batch * heads * seq;  // batched GEMMs flattened into M
+  const std::int64_t scores = rows * seq;         // elements of [batch, heads, seq, seq]
+  const bool dropout = m.dropout > 0;
+  cost.op_class = "gemm";
+  cost.forward_gemms = {{rows, seq, head_dim}, {rows, head_dim, seq}};  // q k^T, p v
+  cost.backward_gemms = {{rows, seq, head_dim},
+                         {rows, head_dim, seq},  // dp = do v^T, dv = p^T do
+                         {rows, head_dim, seq},
+                         {rows, head_dim, seq}};  // dq = ds k, dk = ds^T q
+  for (const GemmShape& g : cost.forward_gemms) cost.forward_flops += g.flops();
+  for (const GemmShape& g : cost.backward_gemms) cost.backward_flops += g.flops();
+  cost.forward_bytes = qkvo + 2 * scores * d;  // the GEMMs read q, k, v, write o, write and read p
+  cost.backward_bytes = qkvo + t * width * d + (t * width + 2 * t * kv) * d + 3 * scores * d;
+  // Mask add, softmax and dropout each read and write the scores.
+  const std::int64_t passes = 2 + (dropout ? 1 : 0);
+  cost.forward_extra = {
+      {"softmax", "elementwise", 6.0 * static_cast<double>(scores), passes * 2 * scores * d + (dropout ? scores : 0)}};
+  cost.backward_extra = {{"softmax", "elementwise", 4.0 * static_cast<double>(scores),
+                          (dropout ? 3 * scores * d + scores : 0) + 3 * scores * d}};
+  cost.saved_bytes = scores * d + (dropout ? scores : 0);  // the probabilities and the dropout mask
+  cost.saves_kv = !chain;
+  cost.saves_input = !chain;
+  if (chain) cost.saved_bytes += 3 * t * width * d;
+}
+
+// F.cross_entropy(logits.float(), labels) as torchtitan calls it: the cast to float32, log_softmax
+// (a max pass, a sum-of-exponentials pass and the write), NLL; backward writes the one-hot gradient,
+// runs log_softmax's backward and casts back. Saves the float32 log-probabilities.
+void cross_entropy_cost(LeafCost& cost, const Activation& logits) {
+  const std::int64_t n = logits.tokens() * logits.features();
+  const int d = dtype_size(logits.dtype);
+  const std::int64_t cast = d == 4 ? 0 : n * (d + 4);
+  cost.op_class = "elementwise";
+  cost.forward_flops = 4.0 * static_cast<double>(n);
+  cost.backward_flops = 3.0 * static_cast<double>(n);
+  cost.forward_bytes = cast + 3 * n * 4;
+  cost.backward_bytes = n * 4 + 3 * n * 4 + cast;
+  cost.saved_bytes = n * 4 + logits.tokens() * 8;  // log-probabilities, labels
+}
+
+// torchtitan's (and Meta's llama) RMSNorm in eager mode: _norm(x.float()).type_as(x) * weight with
+// _norm(x) = x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps). Each op is its own kernel over
+// [t, f]: the casts (skipped in float32), pow, mean, the product, the weight multiply; backward is
+// autograd through the same chain, about 2.5 times the traffic. pow and the product save the
+// float32 x (x itself when it is float32), the weight multiply its normalised input: tensors no
+// other op sees, so they are the leaf's own.
+void eager_rms_norm_cost(LeafCost& cost, const Activation& in) {
+  const std::int64_t n = in.tokens() * in.features();
+  const int d = dtype_size(in.dtype);
+  const std::int64_t casts = d == 4 ? 0 : 2 * (d + 4);
+  cost.op_class = "norm";
+  cost.forward_flops = 4.0 * static_cast<double>(n);
+  cost.backward_flops = 10.0 * static_cast<double>(n);
+  cost.forward_bytes = n * (20 + 2 * d + casts);
+  cost.backward_bytes = cost.forward_bytes * 5 / 2;
+  cost.saved_bytes = in.tokens() * 4 + n * d + (d == 4 ? 0 : n * 4);
+  cost.saves_input = d == 4;
+}
+
+}  // namespace
+
 // Coefficients for element-wise and norm kernels follow their eager PyTorch implementations (see
 // README "Compute model").
-LeafCost leaf_cost(const Module& m, const Activation& in, std::int64_t in_local, std::int64_t out_local) {
+LeafCost leaf_cost(const Module& m, const Activation& in, std::int64_t in_local, std::int64_t out_local,
+                   std::int64_t kv_local) {
   LeafCost cost;
   const double tokens = static_cast<double>(in.tokens());
   const int d = dtype_size(in.dtype);
@@ -31,7 +127,7 @@ LeafCost leaf_cost(const Module& m, const Activation& in, std::int64_t in_local,
       const std::int64_t weight = in_local * out_local * d;
       cost.forward_bytes = t * in_local * d + weight + t * out_local * d;
       cost.backward_bytes = 2 * cost.forward_bytes + weight;
-      cost.saved_bytes = t * in_local * d;
+      cost.saves_input = true;
       cost.forward_gemms = linear_forward_gemms(t, in_local, out_local);
       cost.backward_gemms = linear_backward_gemms(t, in_local, out_local, in.requires_grad);
       break;
@@ -53,10 +149,32 @@ LeafCost leaf_cost(const Module& m, const Activation& in, std::int64_t in_local,
       cost.backward_flops = (per + 1) * tokens * f;
       cost.forward_bytes = 2 * t * f * d;
       cost.backward_bytes = 3 * t * f * d;
-      cost.saved_bytes = m.leaf == LeafKind::identity ? 0 : t * f * (m.leaf == LeafKind::dropout ? 1 : d);
+      // Autograd's choice: ReLU, Sigmoid and Tanh keep their result, SiLU and GELU their input,
+      // Dropout its mask.
+      if (m.leaf == LeafKind::dropout) cost.saved_bytes = t * f;
+      else if (m.leaf == LeafKind::relu || m.leaf == LeafKind::sigmoid || m.leaf == LeafKind::tanh)
+        cost.saves_output = true;
+      else if (m.leaf != LeafKind::identity) cost.saves_input = true;
       break;
     }
+    case LeafKind::rotary: {
+      // torchtitan's apply_rotary_emb: x.float() viewed as complex, times freqs_cis, back to x's
+      // dtype; backward multiplies by the conjugate the same way. Saves nothing (freqs is a buffer).
+      const std::int64_t n = t * in.features();
+      cost.op_class = "elementwise";
+      cost.forward_flops = cost.backward_flops = 3.0 * static_cast<double>(n);
+      cost.forward_bytes = cost.backward_bytes = n * (2 * d + 16);
+      break;
+    }
+    case LeafKind::cross_entropy:
+      cross_entropy_cost(cost, in);
+      break;
     case LeafKind::rms_norm:
+      if (!m.fused) {
+        eager_rms_norm_cost(cost, in);
+        break;
+      }
+      [[fallthrough]];
     case LeafKind::layer_norm: {
       const std::int64_t f = in.features();
       const double per = m.leaf == LeafKind::rms_norm ? 4 : 5;
@@ -65,7 +183,8 @@ LeafCost leaf_cost(const Module& m, const Activation& in, std::int64_t in_local,
       cost.backward_flops = 2 * per * tokens * f;
       cost.forward_bytes = 2 * t * f * d;
       cost.backward_bytes = 3 * t * f * d;
-      cost.saved_bytes = t * f * d + t * 4 * (m.leaf == LeafKind::layer_norm ? 2 : 1);
+      cost.saves_input = true;
+      cost.saved_bytes = t * 4 * (m.leaf == LeafKind::layer_norm ? 2 : 1);  // mean / rstd
       break;
     }
     case LeafKind::embedding: {
@@ -77,24 +196,41 @@ LeafCost leaf_cost(const Module& m, const Activation& in, std::int64_t in_local,
       cost.saved_bytes = t * 8;
       break;
     }
-    case LeafKind::attention: {
-      // softmax(Q K^T) V over the local heads: Q K^T and P V each 2*b*s^2*width; causal masks half.
-      const std::int64_t width = in.features();
-      const double batch = in.rank() == 3 ? static_cast<double>(in.shape[0]) : 1.0;
-      const double seq = in.rank() == 3 ? static_cast<double>(in.shape[1]) : tokens;
-      const double fraction = m.causal ? 0.5 : 1.0;
-      cost.op_class = "attention";
-      cost.forward_flops = 4 * batch * seq * seq * width * fraction;
-      cost.backward_flops = 2.5 * cost.forward_flops;  // flash backward recomputes P
-      cost.forward_bytes = 4 * t * width * d;
-      cost.backward_bytes = 8 * t * width * d;
-      cost.saved_bytes = 4 * t * width * d;
+    case LeafKind::attention:
+      attention_cost(cost, m, in, kv_local);
       break;
-    }
     case LeafKind::container:
       break;
   }
   return cost;
+}
+
+JoinCost join_cost(JoinKind kind, std::size_t inputs, std::int64_t elements, int dtype_bytes) {
+  JoinCost cost;
+  const auto k = static_cast<std::int64_t>(inputs);
+  const double n = static_cast<double>(elements);
+  switch (kind) {
+    case JoinKind::add:  // backward hands the gradient to every input unchanged: no kernel
+      cost.forward_flops = n * static_cast<double>(k - 1);
+      cost.forward_bytes = (k + 1) * elements * dtype_bytes;
+      break;
+    case JoinKind::mul:  // d(a*b) = (g*b, g*a): each input's gradient reads the others
+      cost.forward_flops = n * static_cast<double>(k - 1);
+      cost.forward_bytes = (k + 1) * elements * dtype_bytes;
+      cost.backward_flops = n * static_cast<double>(k * (k - 1));
+      cost.backward_bytes = (2 * k + 1) * elements * dtype_bytes;
+      cost.saves_inputs = true;
+      break;
+    case JoinKind::concat:  // backward slices the gradient: views, no kernel
+      cost.forward_bytes = 2 * elements * dtype_bytes;
+      break;
+  }
+  return cost;
+}
+
+KernelCost grad_accumulate_cost(int uses, std::int64_t elements, int dtype_bytes) {
+  const std::int64_t adds = std::max(0, uses - 1);
+  return {"grad_accumulate", "elementwise", static_cast<double>(adds * elements), 3 * adds * elements * dtype_bytes};
 }
 
 OptimizerCost optimizer_cost(const OptimizerConfig& opt) {
@@ -110,6 +246,7 @@ OptimizerCost optimizer_cost(const OptimizerConfig& opt) {
     cost.states = opt.amsgrad ? 3 : 2;
   }
   if (opt.weight_decay != 0) cost.flops_per_element += 2;
+  cost.master_weights = opt.master_weights;
   return cost;
 }
 

@@ -32,11 +32,13 @@ struct ParamState {
   int ddp_index = -1;  // variable index inside that instance
 };
 
-// The running activation: local shape [batch, (seq,) features] on the planned rank.
+// A tensor of the forward: local shape [batch, (seq,) features] on the planned rank. `id` names
+// the storage, so two ops that save the same tensor for backward hold it once (-1: not tracked).
 struct Activation {
   std::vector<std::int64_t> shape;
   bool requires_grad = false;
   DType dtype = DType::float32;
+  int id = -1;
   std::int64_t features() const { return shape.back(); }
   std::int64_t tokens() const { return product(shape) / shape.back(); }
   std::int64_t bytes() const { return product(shape) * dtype_size(dtype); }
@@ -69,6 +71,11 @@ class PlanContext {
   int iteration = 1;
   bool sync = true;
   bool first_iteration_done = false;
+
+  // A new tensor's id. Ids follow forward order, so a checkpointed region's recomputation, which
+  // rewinds `next_tensor` to the region's start, gives each tensor the id its first pass gave it.
+  int fresh_tensor() { return next_tensor++; }
+  int next_tensor = 0;
 
   int module_or_fail(const std::string& fqn, const std::string& where, const char* field = "module") const;
   std::vector<int> dims_of(const std::vector<std::string>& names) const;

@@ -203,6 +203,7 @@ void TensorParallel::input_hook(int m, Activation& act, Mode mode) {
   if (forward_op != RedistributeOp::none) {
     redistribute(forward_op, before, OpRole::tp_input, src, dst, tp.dims, phase, m,
                  fmt::format("tp {} input {}->{}", fqn, src.str(), dst.str()));
+    act.id = context_.fresh_tensor();  // a collective's output is a new tensor
   }
   reshape_after_redistribute(act, forward_op, src, dst, size);
   if (mode == Mode::replay || !act.requires_grad) return;
@@ -241,6 +242,7 @@ void TensorParallel::output_hook(int m, Activation& act, Mode mode) {
   if (forward_op != RedistributeOp::none) {
     redistribute(forward_op, act, OpRole::tp_output, local, target, tp.dims, phase, m,
                  fmt::format("tp {} output {}->{}", fqn, local.str(), target.str()));
+    act.id = context_.fresh_tensor();
   }
   reshape_after_redistribute(act, forward_op, local, target, size);
   if (mode == Mode::replay) return;

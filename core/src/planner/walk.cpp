@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "compute_cost.hpp"
 #include "stratsim/core/errors.hpp"
@@ -15,6 +17,7 @@ namespace stratsim::core::planner {
 Walk::Walk(const Model& model, const Plan& plan, const PlanOptions& options)
     : context_(model, plan, options),
       builder_(context_),
+      saved_(builder_),
       tp_(context_, builder_, tape_),
       ddp_(context_, builder_),
       fsdp_(context_, builder_, tape_) {}
@@ -62,18 +65,18 @@ void Walk::finish_setup() {
 
 // Resident storage: parameters (sharded for FSDP), DDP bucket buffers, optimizer state.
 void Walk::set_static_memory() {
-  const int states = optimizer_cost(context_.plan.optimizer).states;
+  const OptimizerCost optimizer = optimizer_cost(context_.plan.optimizer);
   std::int64_t param_bytes = 0, optimizer_bytes = 0;
   for (std::size_t p = 0; p < context_.params.size(); ++p) {
     if (context_.params[p].fsdp_unit >= 0) continue;
-    const std::int64_t bytes = context_.param_bytes(static_cast<int>(p));
-    param_bytes += bytes;
-    if (context_.model.params[p].requires_grad) optimizer_bytes += bytes * states;
+    param_bytes += context_.param_bytes(static_cast<int>(p));
+    if (context_.model.params[p].requires_grad)
+      optimizer_bytes +=
+          optimizer.resident_bytes(context_.params[p].local_numel, dtype_size(context_.model.params[p].dtype));
   }
   for (const FullyShard::Shard& shard : fsdp_.resident_shards()) {
-    const std::int64_t bytes = shard.numel * dtype_size(shard.dtype);
-    param_bytes += bytes;
-    optimizer_bytes += bytes * states;
+    param_bytes += shard.numel * dtype_size(shard.dtype);
+    optimizer_bytes += optimizer.resident_bytes(shard.numel, dtype_size(shard.dtype));
   }
   const std::int64_t bucket_bytes = ddp_.bucket_buffer_bytes();
   MemoryReport& memory = builder_.result.memory;
@@ -86,14 +89,14 @@ void Walk::set_static_memory() {
 // ------------------------------------------------------------------------------------------------
 // Forward.
 
-void Walk::forward_module(int m, Activation& act, Mode mode) {
-  const Module& module = context_.model.modules[m];
+void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Activation> side) {
   const bool region = mode == Mode::normal && context_.checkpointed[m];
   const Mode inner = region ? Mode::checkpointed : mode;
   if (mode != Mode::replay) ddp_.pre_forward(m);
   fsdp_.pre_forward(m, mode);
   const Activation region_input = act;
   const std::size_t region_start = tape_.size();
+  const int region_first_tensor = context_.next_tensor;
   std::int64_t region_saved = 0;
   if (region) {
     // checkpoint(use_reentrant=False): only the region's input is saved; the inside is recomputed
@@ -101,16 +104,7 @@ void Walk::forward_module(int m, Activation& act, Mode mode) {
     region_saved = act.bytes();
     builder_.add_memory(region_saved, MemoryTracker::Kind::activation);
   }
-  tp_.input_hook(m, act, inner);
-  if (module.leaf != LeafKind::container) {
-    forward_leaf(m, act, inner);
-  } else {
-    for (const ForwardStep& step : module.forward) {
-      if (step.kind == ForwardStep::Kind::child) forward_module(step.index, act, inner);
-      else forward_param_matmul(step.index, act, inner);
-    }
-  }
-  tp_.output_hook(m, act, inner);
+  run_module_body(m, act, inner, side);
   fsdp_.post_forward(m, mode);
   if (region) {
     // Pushed after the region's own entries, so backward replays the region before any of them,
@@ -118,30 +112,109 @@ void Walk::forward_module(int m, Activation& act, Mode mode) {
     // its last submodule): autograd runs those hooks before the first node inside the region
     // unpacks a saved tensor and triggers the recomputation, so FSDP's recomputed pre-forward
     // finds them in BACKWARD_PRE and gathers nothing.
-    auto replay_region = [this, m, region_input, region_saved]() {
+    std::vector<Activation> side_inputs(side.begin(), side.end());
+    auto replay_region = [this, m, region_input, region_saved, region_first_tensor, side_inputs]() {
       Activation replay = region_input;
-      const Module& mod = context_.model.modules[m];
-      tp_.input_hook(m, replay, Mode::replay);
-      if (mod.leaf != LeafKind::container) {
-        forward_leaf(m, replay, Mode::replay);
-      } else {
-        for (const ForwardStep& step : mod.forward) {
-          if (step.kind == ForwardStep::Kind::child) forward_module(step.index, replay, Mode::replay);
-          else forward_param_matmul(step.index, replay, Mode::replay);
-        }
-      }
-      tp_.output_hook(m, replay, Mode::replay);
+      // The recomputation recreates the region's tensors under their first-pass ids, which the
+      // backward entries recorded then will release.
+      const int resume = std::exchange(context_.next_tensor, region_first_tensor);
+      run_module_body(m, replay, Mode::replay, side_inputs);
+      context_.next_tensor = resume;
       builder_.add_memory(-region_saved, MemoryTracker::Kind::activation);
     };
     tape_.insert_region_replay(std::move(replay_region), region_start);
   }
 }
 
-void Walk::forward_leaf(int m, Activation& act, Mode mode) {
+void Walk::run_module_body(int m, Activation& act, Mode mode, std::span<const Activation> side) {
+  const Module& module = context_.model.modules[m];
+  tp_.input_hook(m, act, mode);
+  if (module.leaf != LeafKind::container) forward_leaf(m, act, mode, side);
+  else run_forward_steps(m, act, mode);
+  tp_.output_hook(m, act, mode);
+}
+
+// A container's forward over its named tensors. A chain reads and writes slot 0 throughout; a
+// graph keeps each slot's current tensor, and a tensor read by several steps gets, in backward,
+// the sum of their gradients.
+void Walk::run_forward_steps(int m, Activation& act, Mode mode) {
+  const Module& module = context_.model.modules[m];
+  std::vector<Activation> slots(module.tensors.size());
+  slots[0] = act;
+  sum_branch_grads(m, 0, slots[0], module.input_uses, mode);
+  for (const ForwardStep& step : module.forward) {
+    Activation out = slots[step.inputs.front()];
+    std::vector<Activation> side;
+    for (std::size_t i = 1; i < step.inputs.size(); ++i) side.push_back(slots[step.inputs[i]]);
+    if (step.kind == ForwardStep::Kind::child) forward_module(step.index, out, mode, side);
+    else if (step.kind == ForwardStep::Kind::param_matmul) forward_param_matmul(step.index, out, mode);
+    else out = forward_join(m, step, slots, mode);
+    slots[step.output] = std::move(out);
+    sum_branch_grads(m, step.output, slots[step.output], step.output_uses, mode);
+  }
+  act = slots[module.result];
+}
+
+// Autograd accumulates the gradients of a tensor read by `uses` ops into one buffer before its
+// producer's backward runs: pushed when the tensor is made, so backward runs it after all readers.
+void Walk::sum_branch_grads(int m, int slot, const Activation& tensor, int uses, Mode mode) {
+  if (uses < 2 || !tensor.requires_grad || mode == Mode::replay) return;
+  const KernelCost kernel = grad_accumulate_cost(uses, product(tensor.shape), dtype_size(tensor.dtype));
+  const std::string name =
+      fmt::format("{}.{}.{}", context_.label(m), context_.model.modules[m].tensors[slot], kernel.name);
+  tape_.push([this, m, kernel, name]() {
+    builder_.compute(name, m, Phase::backward, kernel.op_class, kernel.flops, kernel.bytes, {}, OpRole::none);
+  });
+}
+
+Activation Walk::forward_join(int m, const ForwardStep& step, const std::vector<Activation>& slots, Mode mode) {
+  const Module& module = context_.model.modules[m];
+  Activation out = slots[step.inputs.front()];
+  out.requires_grad = false;
+  std::int64_t width = 0;
+  for (int slot : step.inputs) {
+    const Activation& in = slots[slot];
+    if (step.join != JoinKind::concat && in.shape != out.shape)
+      throw PlanError(fmt::format("{}: forward {} of {} and {}: shapes [{}] and [{}] differ on this rank",
+                                  context_.label(m), join_kind_name(step.join), module.tensors[step.inputs.front()],
+                                  module.tensors[slot], fmt::join(out.shape, ", "), fmt::join(in.shape, ", ")));
+    width += in.features();
+    out.requires_grad = out.requires_grad || in.requires_grad;
+  }
+  if (step.join == JoinKind::concat) out.shape.back() = width;
+  out.dtype = builder_.compute_dtypes[m];
+  out.id = context_.fresh_tensor();
+  const JoinCost cost = join_cost(step.join, step.inputs.size(), product(out.shape), dtype_size(out.dtype));
+  const Phase phase = phase_of(mode);
+  // "layers.0.add.x.forward": the container, the join, the tensor it writes.
+  const std::string base =
+      fmt::format("{}.{}.{}", context_.label(m), join_kind_name(step.join), module.tensors[step.output]);
+  const std::string name = base + (phase == Phase::recompute ? ".recompute" : ".forward");
+  builder_.compute(name, m, phase, "elementwise", cost.forward_flops, cost.forward_bytes, {}, OpRole::none);
+  std::vector<SavedRef> saved;
+  if (cost.saves_inputs)
+    for (int slot : step.inputs) saved.emplace_back(slots[slot]);
+  if (mode != Mode::checkpointed)
+    for (const SavedRef& tensor : saved) saved_.save(tensor);
+  if (mode == Mode::replay || !out.requires_grad) return out;
+  const std::string backward = base + ".backward";
+  tape_.push([this, m, cost, saved, backward]() {
+    if (cost.backward_bytes > 0)
+      builder_.compute(backward, m, Phase::backward, "elementwise", cost.backward_flops, cost.backward_bytes, {},
+                       OpRole::none);
+    for (const SavedRef& tensor : saved) saved_.release(tensor);
+  });
+  return out;
+}
+
+void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activation> side) {
   const Module& module = context_.model.modules[m];
   const Phase phase = phase_of(mode);
-  std::int64_t in_local = act.features(), out_local = act.features();
+  std::int64_t in_local = act.features(), out_local = act.features(), kv_local = 0;
   Activation input = act;
+  // A leaf computes in its FSDP unit's param_dtype under mixed precision (inputs are cast on the
+  // way in); its output has that dtype.
+  input.dtype = builder_.compute_dtypes[m];
   if (module.leaf == LeafKind::linear) {
     const ParamState& weight = context_.params[module.params[0]];
     out_local = weight.local_shape[0];
@@ -153,16 +226,21 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode) {
     input.requires_grad = false;
   } else if (module.leaf == LeafKind::rms_norm || module.leaf == LeafKind::layer_norm) {
     input.shape.back() = in_local = out_local = act.features();
+  } else if (module.leaf == LeafKind::attention && !side.empty()) {
+    // q, k, v as the forward names them: the widths are the projections' local outputs.
+    kv_local = side.front().features();
   } else if (module.leaf == LeafKind::attention) {
-    // Width of the attention core: its query heads, cut the way the projection before it was
-    // (tensor parallelism shards heads). The running width would be the fused qkv or the KV width.
+    // A chain model's attention: the width of its query heads, cut the way the projection before
+    // it was (tensor parallelism shards heads). The running width is the fused qkv or the KV width.
     const double fraction = last_linear_fraction_;
     input.shape.back() = in_local = out_local =
         std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(module.heads * module.head_dim * fraction)));
+  } else if (module.leaf == LeafKind::cross_entropy) {
+    out_local = 1;  // the loss: one value per token, reduced
   } else if (module.dim > 0) {
     input.shape.back() = in_local = out_local = module.dim;
   }
-  const LeafCost cost = leaf_cost(module, input, in_local, out_local);
+  const LeafCost cost = leaf_cost(module, input, in_local, out_local, kv_local);
   // Compute that uses an FSDP unit's parameters waits for the unit's all-gather.
   std::vector<int> deps;
   for (int p : module.params)
@@ -172,26 +250,46 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode) {
   const int forward = builder_.compute(fmt::format("{}.{}", label, suffix), m, phase, cost.op_class, cost.forward_flops,
                                        cost.forward_bytes, deps, OpRole::leaf);
   builder_.set_gemms(forward, cost.forward_gemms);
-  if (mode != Mode::checkpointed) builder_.add_memory(cost.saved_bytes, MemoryTracker::Kind::activation);
+  for (const KernelCost& kernel : cost.forward_extra)
+    builder_.compute(fmt::format("{}.{}.{}", label, kernel.name, suffix), m, phase, kernel.op_class, kernel.flops,
+                     kernel.bytes, {}, OpRole::none);
 
-  act.shape.back() = out_local;
+  Activation output = input;
+  output.shape.back() = out_local;
+  output.id = context_.fresh_tensor();
   const bool had_grad = act.requires_grad;
   bool own_grad = false;
   for (int p : module.params) own_grad = own_grad || context_.model.params[p].requires_grad;
-  act.requires_grad = (module.leaf == LeafKind::embedding ? false : had_grad) || own_grad;
+  output.requires_grad = (module.leaf == LeafKind::embedding ? false : had_grad) || own_grad;
+
+  // What backward will read: shared tensors are held once (SavedTensors), the rest is the leaf's.
+  std::vector<SavedRef> saved;
+  if (cost.saves_input) saved.emplace_back(input);
+  if (cost.saves_output) saved.emplace_back(output);
+  if (cost.saves_kv)
+    for (const Activation& tensor : side) saved.emplace_back(tensor);
+  if (mode != Mode::checkpointed) {
+    builder_.add_memory(cost.saved_bytes, MemoryTracker::Kind::activation);
+    for (const SavedRef& tensor : saved) saved_.save(tensor);
+  }
+  act = output;
   if (mode == Mode::replay) return;
 
-  tape_.push([this, m, cost]() {
+  tape_.push([this, m, cost, saved]() {
     const Module& mod = context_.model.modules[m];
-    const std::string name = fmt::format("{}.backward", context_.label(m));
+    const std::string& name = context_.label(m);
     // Backward waits for the gather that is current now (pre-backward or prefetch), not the forward one.
     std::vector<int> now;
     for (int p : mod.params)
       if (context_.params[p].fsdp_unit >= 0) now.push_back(fsdp_.all_gather_op(p));
-    const int op = builder_.compute(name, m, Phase::backward, cost.op_class, cost.backward_flops, cost.backward_bytes,
-                                    now, OpRole::leaf);
+    const int op = builder_.compute(name + ".backward", m, Phase::backward, cost.op_class, cost.backward_flops,
+                                    cost.backward_bytes, now, OpRole::leaf);
     builder_.set_gemms(op, cost.backward_gemms);
+    for (const KernelCost& kernel : cost.backward_extra)
+      builder_.compute(fmt::format("{}.{}.backward", name, kernel.name), m, Phase::backward, kernel.op_class,
+                       kernel.flops, kernel.bytes, {}, OpRole::none);
     builder_.add_memory(-cost.saved_bytes, MemoryTracker::Kind::activation);
+    for (const SavedRef& tensor : saved) saved_.release(tensor);
     // AccumulateGrad order: autograd runs the bias's accumulation before the weight's (addmm feeds
     // bias directly, weight through TBackward), i.e. parameters in reverse registration order.
     for (auto it = mod.params.rbegin(); it != mod.params.rend(); ++it) grad_ready(*it, op);
@@ -227,6 +325,7 @@ void Walk::forward_param_matmul(int p, Activation& act, Mode mode) {
   const bool input_grad = act.requires_grad;
   act.shape.back() = out;
   act.requires_grad = true;
+  act.id = context_.fresh_tensor();
   if (mode == Mode::replay) return;
   tape_.push([this, p, m, flops, saved, input_grad, base, is_matrix, t, in_width, out]() {
     std::vector<int> now;
@@ -283,6 +382,7 @@ void Walk::run_iteration() {
   context_.sync = context_.iteration % plan.gradient_accumulation_steps == 0;
   builder_.begin_iteration(context_.iteration, context_.sync);
   tape_.clear();
+  saved_.clear();
   fsdp_.begin_iteration();
 
   const std::int64_t seq = plan.seq_len > 0 ? plan.seq_len : model.seq_len;

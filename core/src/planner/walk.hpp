@@ -6,11 +6,15 @@
 // state and emit through the ProgramBuilder; the walk only decides when each one runs.
 #pragma once
 
+#include <span>
+#include <vector>
 #include "backward_tape.hpp"
 #include "context.hpp"
 #include "ddp.hpp"
 #include "fsdp.hpp"
+
 #include "program_builder.hpp"
+#include "saved_tensors.hpp"
 #include "tensor_parallel.hpp"
 
 namespace stratsim::core::planner {
@@ -25,8 +29,14 @@ class Walk {
   void finish_setup();
   void set_static_memory();
   void run_iteration();
-  void forward_module(int m, Activation& act, Mode mode);
-  void forward_leaf(int m, Activation& act, Mode mode);
+  // `act` is the module's input and becomes its output; `side` are further inputs the forward
+  // names (attention's k and v).
+  void forward_module(int m, Activation& act, Mode mode, std::span<const Activation> side = {});
+  void run_module_body(int m, Activation& act, Mode mode, std::span<const Activation> side);
+  void run_forward_steps(int m, Activation& act, Mode mode);
+  void sum_branch_grads(int m, int slot, const Activation& tensor, int uses, Mode mode);
+  Activation forward_join(int m, const ForwardStep& step, const std::vector<Activation>& slots, Mode mode);
+  void forward_leaf(int m, Activation& act, Mode mode, std::span<const Activation> side);
   void forward_param_matmul(int p, Activation& act, Mode mode);
   void grad_ready(int p, int producer);
   void optimizer_step();
@@ -35,6 +45,7 @@ class Walk {
   PlanContext context_;
   ProgramBuilder builder_;
   BackwardTape tape_;
+  SavedTensors saved_;
   TensorParallel tp_;
   DataParallel ddp_;
   FullyShard fsdp_;

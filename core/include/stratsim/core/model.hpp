@@ -26,7 +26,9 @@ enum class LeafKind {
   rms_norm,
   layer_norm,
   embedding,
-  attention,  // scaled-dot-product attention core (no parameters): softmax(QK^T)V
+  attention,      // scaled-dot-product attention core (no parameters): softmax(QK^T)V
+  rotary,         // rotary position embedding applied to q or k (no parameters)
+  cross_entropy,  // the loss over the vocabulary: log_softmax of the logits, then NLL (no parameters)
 };
 
 std::string_view leaf_kind_name(LeafKind kind);
@@ -45,12 +47,25 @@ struct Parameter {
   std::int64_t bytes() const { return numel() * dtype_size(dtype); }
 };
 
-// One step of a container's forward: run a child module, or multiply the running activation by one
-// of the container's own 2-D parameters (torch.mm(x, self.p), as CompositeParamModel does).
+// How a join step combines its input tensors: x + y (a residual), x * y (a gate, as SwiGLU's
+// silu(w1 x) * w3 x), or torch.cat along the last dimension.
+enum class JoinKind { add, mul, concat };
+std::string_view join_kind_name(JoinKind kind);
+std::optional<JoinKind> parse_join_kind(std::string_view name);
+
+// One step of a container's forward: run a child module, multiply a tensor by one of the
+// container's own 2-D parameters (torch.mm(x, self.p), as CompositeParamModel does), or join
+// tensors. Steps read and write the container's named tensors ("slots"): slot 0 is the
+// container's input; a chain step reads the previous step's output and writes the same slot, so a
+// plain list of names is the chain it always was.
 struct ForwardStep {
-  enum class Kind { child, param_matmul };
+  enum class Kind { child, param_matmul, join };
   Kind kind = Kind::child;
   int index = 0;  // module index for `child`, parameter index for `param_matmul`
+  JoinKind join = JoinKind::add;
+  std::vector<int> inputs = {0};  // slots read, in order (attention: q, k, v)
+  int output = 0;                 // slot written
+  int output_uses = 1;            // later steps that read this version of the slot (>1: a branch)
 };
 
 struct Module {
@@ -63,6 +78,10 @@ struct Module {
   std::vector<int> children;  // registration order
   std::vector<int> params;    // own parameters, registration order
   std::vector<ForwardStep> forward;
+  std::vector<std::string> tensors = {"x"};  // slot names; slot 0 is the input
+  int result = 0;                            // the slot the forward returns (the last step's output)
+  int input_uses = 1;                        // steps that read the input (>1: it branches)
+  bool graph = false;                        // the forward names tensors (not a plain chain)
 
   // Leaf attributes (zero when not applicable).
   std::int64_t in_features = 0;   // Linear
@@ -73,6 +92,10 @@ struct Module {
   bool sparse = false;                                    // Embedding(sparse=True)
   std::int64_t heads = 0, kv_heads = 0, head_dim = 0;     // attention
   bool causal = false;                                    // attention
+  // attention: one flash kernel (SDPA's default); false materialises the scores. RMSNorm: one
+  // kernel; false runs the eager composite (x.float(), pow, mean, rsqrt, mul, cast, * weight).
+  bool fused = true;
+  double dropout = 0;            // attention: dropout on the probabilities (unfused only keeps a mask)
   std::int64_t subtree_end = 0;  // one past the last module index of this subtree (pre-order)
   bool checkpoint = false;  // the model's own forward wraps this module in checkpoint(...)
   bool functional = false;  // a torch.* call in forward (torch.sigmoid), not a registered submodule; reported, has no parameters
@@ -97,7 +120,8 @@ struct Model {
 };
 
 // The forward with containers flattened, in execution order: `child` steps name leaf modules,
-// `param_matmul` steps a container's own parameter. What every walk over the forward needs.
+// `param_matmul` steps a container's own parameter; join steps, which read no parameters, are left
+// out. What every walk over the modules and parameters a forward reads needs.
 std::vector<ForwardStep> flat_forward(const Model& model);
 
 // Joins a prefix and a name the way named_modules() does ("" + "fc1" = "fc1").

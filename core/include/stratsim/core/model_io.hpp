@@ -34,6 +34,7 @@ struct TransformerConfig {
                seq = 2048;
   std::string dtype = "float32";
   bool tie_embeddings = false;
+  bool eager_rms_norm = true;  // llama style: torchtitan's RMSNorm, a chain of eager kernels
 };
 nlohmann::json transformer_document(const TransformerConfig& config);
 

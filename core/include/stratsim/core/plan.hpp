@@ -95,6 +95,9 @@ struct OptimizerConfig {
   double momentum = 0.0;
   double weight_decay = 0.0;
   bool amsgrad = false;
+  // 16-bit parameters get a float32 master copy the step updates (and float32 states), as
+  // mixed-precision training without FSDP's param_dtype keeps them.
+  bool master_weights = false;
 };
 
 struct Plan {
