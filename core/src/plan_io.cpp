@@ -354,8 +354,13 @@ Plan parse_plan(const JsonReader& doc) {
     if (call == "replicate") step.body = parse_replicate(body, plan, step.where);
     else if (call == "fully_shard" || call == "FSDP") step.body = parse_fully_shard(body, plan);
     else if (call == "checkpoint") {
-      body.allow_only({"module"});
-      step.body = CheckpointStep{body.at("module").as_string()};
+      body.allow_only({"module", "policy"});
+      CheckpointStep checkpoint{body.at("module").as_string()};
+      const std::string policy = body.get_string("policy", "full");
+      if (policy == "selective_op") checkpoint.policy = CheckpointPolicy::selective_op;
+      else if (policy != "full")
+        body.at("policy").fail(fmt::format("unknown policy \"{}\" (expected full or selective_op)", policy));
+      step.body = std::move(checkpoint);
     } else if (call == "parallelize_module") step.body = parse_parallelize(body, plan);
     else if (call == "distribute_module") step.body = parse_distribute(body, plan);
     else

@@ -237,6 +237,44 @@ TEST(OpGraph, CheckpointedGraphBlocksReleaseWhatTheySave) {
   EXPECT_LT(one.memory.activations, run_plan(model, kLocal, 0, 1).memory.activations);
 }
 
+// torchtitan's op-level selective checkpointing: in each pass over a block the 1st, 3rd, 5th and
+// 7th matmul (wq, wv, w1, w2) and flash attention keep their outputs; the rest is recomputed.
+TEST(OpGraph, SelectiveCheckpointingKeepsAttentionAndEverySecondMatmul) {
+  const std::string model = "zoo:gpt:layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=100,seq=16";
+  auto plan = [](const std::string& policy) {
+    return R"({"world_size": 1, "batch_size": 2, "steps": [{"checkpoint": {"module": "layers.0")" + policy +
+           R"(}}, {"checkpoint": {"module": "layers.1")" + policy + "}}]}";
+  };
+  const PlanResult full = run_plan(model, plan(""), 0, 1);
+  const PlanResult selective = run_plan(model, plan(R"(, "policy": "selective_op")"), 0, 1);
+  const PlanResult none = run_plan(model, kLocal, 0, 1);
+  const auto ops = compute_ops(selective);
+  for (const char* kept : {"wq", "wv", "sdpa"})
+    EXPECT_EQ(position(ops, std::string("layers.0.attention.") + kept + ".recompute"), -1) << kept;
+  for (const char* kept : {"w1", "w2"})
+    EXPECT_EQ(position(ops, std::string("layers.1.feed_forward.") + kept + ".recompute"), -1) << kept;
+  for (const char* recomputed :
+       {"layers.0.attention.wk.recompute", "layers.0.attention.wo.recompute", "layers.0.feed_forward.w3.recompute",
+        "layers.0.attention.rope.recompute", "layers.1.ffn_norm.recompute", "layers.1.feed_forward.mul.g.recompute"})
+    EXPECT_GE(position(ops, recomputed), 0) << recomputed;
+  EXPECT_GE(position(compute_ops(full), "layers.0.attention.wq.recompute"), 0);
+  EXPECT_LT(full.memory.activations, selective.memory.activations);
+  EXPECT_LT(selective.memory.activations, none.memory.activations);
+  EXPECT_LT(selective.iterations.back().compute_flops, full.iterations.back().compute_flops);
+  EXPECT_GT(selective.iterations.back().compute_flops, none.iterations.back().compute_flops);
+  // What the first pass keeps is handed back: four iterations peak where one does.
+  const PlanResult four = run_plan(model, plan(R"(, "policy": "selective_op")"), 0, 4);
+  EXPECT_EQ(four.memory.peak, selective.memory.peak);
+  EXPECT_EQ(four.memory.activations, selective.memory.activations);
+  try {
+    plan_from_json(plan(R"(, "policy": "some")"));
+    ADD_FAILURE() << "an unknown policy was accepted";
+  } catch (const core::InputError& e) {
+    EXPECT_STREQ(e.what(),
+                 "plan.json: steps[0].checkpoint.policy: unknown policy \"some\" (expected full or selective_op)");
+  }
+}
+
 // torchtitan's RMSNorm runs as a chain of eager kernels in float32: 36 bytes per bfloat16 element
 // forward (casts 12, pow 8, mean 4, product 8, weight 4) where one fused kernel moves 4, and it
 // keeps the float32 copy and the normalised input (6 bytes per element) where the fused kernel

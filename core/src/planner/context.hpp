@@ -62,6 +62,7 @@ class PlanContext {
 
   std::vector<ParamState> params;
   std::vector<bool> checkpointed;     // per module: checkpoint() wraps it
+  std::vector<bool> selective;        // per module: ... with torchtitan's op-level selective policy
   std::vector<int> fully_shard_step;  // per module: plan step that put fully_shard on it, -1 if none
   std::vector<int> replicate_step;    // per module: plan step that put replicate on it, -1 if none
   std::vector<bool> used_in_forward;  // per parameter: some forward step reads it

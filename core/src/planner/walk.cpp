@@ -34,7 +34,11 @@ void Walk::apply_plan() {
           else if constexpr (std::is_same_v<T, DistributeModuleStep>) tp_.apply_distribute(body, step);
           else if constexpr (std::is_same_v<T, ReplicateStep>) ddp_.apply_replicate(body, step);
           else if constexpr (std::is_same_v<T, FullyShardStep>) fsdp_.apply_fully_shard(body, step);
-          else context_.checkpointed[context_.module_or_fail(body.module, step.where)] = true;
+          else {
+            const int m = context_.module_or_fail(body.module, step.where);
+            context_.checkpointed[m] = true;
+            context_.selective[m] = body.policy == CheckpointPolicy::selective_op;
+          }
         },
         step.body);
   }
@@ -98,6 +102,8 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
   const std::size_t region_start = tape_.size();
   const int region_first_tensor = context_.next_tensor;
   std::int64_t region_saved = 0;
+  const SelectiveRegion outer_selective = selective_;
+  if (region) selective_ = {context_.selective[m], 0};
   if (region) {
     // checkpoint(use_reentrant=False): only the region's input is saved; the inside is recomputed
     // when backward first unpacks one of its tensors.
@@ -106,6 +112,7 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
   }
   run_module_body(m, act, inner, side);
   fsdp_.post_forward(m, mode);
+  if (region) selective_ = outer_selective;
   if (region) {
     // Pushed after the region's own entries, so backward replays the region before any of them,
     // but below the pre-backward hooks on the region's output (the unit on this module, units on
@@ -118,7 +125,9 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
       // The recomputation recreates the region's tensors under their first-pass ids, which the
       // backward entries recorded then will release.
       const int resume = std::exchange(context_.next_tensor, region_first_tensor);
+      const SelectiveRegion outer = std::exchange(selective_, {context_.selective[m], 0});
       run_module_body(m, replay, Mode::replay, side_inputs);
+      selective_ = outer;
       context_.next_tensor = resume;
       builder_.add_memory(-region_saved, MemoryTracker::Kind::activation);
     };
@@ -247,12 +256,16 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
     if (context_.params[p].fsdp_unit >= 0) deps.push_back(fsdp_.all_gather_op(p));
   const std::string suffix = phase == Phase::recompute ? "recompute" : "forward";
   const std::string& label = context_.label(m);
-  const int forward = builder_.compute(fmt::format("{}.{}", label, suffix), m, phase, cost.op_class, cost.forward_flops,
-                                       cost.forward_bytes, deps, OpRole::leaf);
-  builder_.set_gemms(forward, cost.forward_gemms);
-  for (const KernelCost& kernel : cost.forward_extra)
-    builder_.compute(fmt::format("{}.{}.{}", label, kernel.name, suffix), m, phase, kernel.op_class, kernel.flops,
-                     kernel.bytes, {}, OpRole::none);
+  // Selective checkpointing keeps this op's output from the first pass: the recomputation reuses it.
+  const bool kept = keeps_output(module, mode);
+  if (!(kept && mode == Mode::replay)) {
+    const int forward = builder_.compute(fmt::format("{}.{}", label, suffix), m, phase, cost.op_class,
+                                         cost.forward_flops, cost.forward_bytes, deps, OpRole::leaf);
+    builder_.set_gemms(forward, cost.forward_gemms);
+    for (const KernelCost& kernel : cost.forward_extra)
+      builder_.compute(fmt::format("{}.{}.{}", label, kernel.name, suffix), m, phase, kernel.op_class, kernel.flops,
+                       kernel.bytes, {}, OpRole::none);
+  }
 
   Activation output = input;
   output.shape.back() = out_local;
@@ -261,6 +274,9 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
   bool own_grad = false;
   for (int p : module.params) own_grad = own_grad || context_.model.params[p].requires_grad;
   output.requires_grad = (module.leaf == LeafKind::embedding ? false : had_grad) || own_grad;
+  // The kept output is cached from the first pass until the recomputation takes it back.
+  if (kept)
+    builder_.add_memory(mode == Mode::replay ? -output.bytes() : output.bytes(), MemoryTracker::Kind::activation);
 
   // What backward will read: shared tensors are held once (SavedTensors), the rest is the leaf's.
   std::vector<SavedRef> saved;
@@ -294,6 +310,14 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
     // bias directly, weight through TBackward), i.e. parameters in reverse registration order.
     for (auto it = mod.params.rbegin(); it != mod.params.rend(); ++it) grad_ready(*it, op);
   });
+}
+
+// torchtitan's op-level policy (_save_list): flash attention's outputs and every second aten.mm,
+// counted from the start of each pass over the region (the first mm is kept, the second not).
+bool Walk::keeps_output(const Module& module, Mode mode) {
+  if (!selective_.active || mode == Mode::normal) return false;
+  if (module.leaf == LeafKind::linear) return ++selective_.matmuls % 2 == 1;
+  return module.leaf == LeafKind::attention && module.fused;
 }
 
 void Walk::forward_param_matmul(int p, Activation& act, Mode mode) {

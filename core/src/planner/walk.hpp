@@ -37,6 +37,7 @@ class Walk {
   void sum_branch_grads(int m, int slot, const Activation& tensor, int uses, Mode mode);
   Activation forward_join(int m, const ForwardStep& step, const std::vector<Activation>& slots, Mode mode);
   void forward_leaf(int m, Activation& act, Mode mode, std::span<const Activation> side);
+  bool keeps_output(const Module& module, Mode mode);
   void forward_param_matmul(int p, Activation& act, Mode mode);
   void grad_ready(int p, int producer);
   void optimizer_step();
@@ -50,6 +51,12 @@ class Walk {
   DataParallel ddp_;
   FullyShard fsdp_;
   double last_linear_fraction_ = 1.0;  // local/global output width of the last Linear run
+  // The checkpoint region being run (first pass or recomputation) under the selective policy.
+  struct SelectiveRegion {
+    bool active = false;
+    int matmuls = 0;
+  };
+  SelectiveRegion selective_;
 };
 
 }  // namespace stratsim::core::planner

@@ -57,8 +57,14 @@ struct FullyShardStep {
   std::vector<std::string> ignored_modules;
 };
 
+// full: checkpoint(module) recomputes the whole region in backward. selective_op: torchtitan's
+// op-level selective checkpointing (create_selective_checkpoint_contexts): the outputs of
+// flash attention and of every second matmul (aten.mm) are kept from the forward, the rest of
+// the region is recomputed.
+enum class CheckpointPolicy { full, selective_op };
 struct CheckpointStep {
   std::string module;
+  CheckpointPolicy policy = CheckpointPolicy::full;
 };
 
 enum class TPStyle { colwise, rowwise };
