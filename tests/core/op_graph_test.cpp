@@ -159,6 +159,26 @@ TEST(OpGraph, ASavedTensorIsHeldOnce) {
   EXPECT_EQ(run_plan(model_from_json(diamond("mul")), kLocal, 0, 1).memory.activations, x + h + 2 * p);
 }
 
+// The model input is one tensor however many ops save it; a product of tensors that need no
+// gradient saves nothing (it would never be released).
+TEST(OpGraph, InputsAreSharedAndGradlessProductsSaveNothing) {
+  json two = {{"name", "Two"},
+              {"modules", {linear("a", 4, 8), linear("b", 4, 8)}},
+              {"forward", {call("a", "x", "p"), call("b", "x", "q"), join("add", {"p", "q"}, "y")}}};
+  EXPECT_EQ(run_plan(model_from_json(two), kLocal, 0, 1).memory.activations, 2 * 4 * 4);
+  json gate = {
+      {"name", "Gate"},
+      {"modules", {{{"name", "r"}, {"type", "ReLU"}}, {{"name", "s"}, {"type", "Sigmoid"}}, linear("fc", 4, 4)}},
+      {"input_features", 4},
+      {"forward", {call("r", "x", "a"), call("s", "x", "b"), join("mul", {"a", "b"}, "g"), call("fc", "g", "y")}}};
+  const PlanResult one = run_plan(model_from_json(gate), kLocal, 0, 1);
+  const PlanResult four = run_plan(model_from_json(gate), kLocal, 0, 4);
+  EXPECT_EQ(one.memory.activations, four.memory.activations);
+  // ReLU and Sigmoid keep their outputs (they need no gradient either, but the leaf's backward
+  // entry releases them); fc keeps the product.
+  EXPECT_EQ(one.memory.activations, 3 * 2 * 4 * 4);
+}
+
 TEST(OpGraph, TransformerBlocksBranchAndJoin) {
   const Model model = core::load_model("zoo:gpt:layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,vocab=100,seq=16");
   const PlanResult result = run_plan(model, kLocal, 0, 1);
@@ -214,11 +234,11 @@ TEST(OpGraph, UnfusedAttentionMaterialisesTheScores) {
   EXPECT_GE(position(ops, "sdpa.softmax.forward"), 0);
   EXPECT_GE(position(ops, "sdpa.softmax.backward"), 0);
   EXPECT_EQ(position(compute_ops(fused), "sdpa.softmax.forward"), -1);
-  // The math path keeps the [2, 2, 16, 16] probabilities and the dropout mask, flash its
-  // log-sum-exp (and its output, which wo saves anyway: held once).
+  // The math path keeps the [2, 2, 16, 16] probabilities, the dropped probabilities and the
+  // dropout mask, flash its log-sum-exp (and its output, which wo saves anyway: held once).
   const std::int64_t scores = 2 * 2 * 16 * 16;
   const std::int64_t lse = 2 * 2 * 16 * 4;
-  EXPECT_EQ(math.memory.activations - fused.memory.activations, scores * 4 + scores - lse);
+  EXPECT_EQ(math.memory.activations - fused.memory.activations, 2 * scores * 4 + scores - lse);
 }
 
 // Checkpointing a graph block recomputes it under its first-pass tensor ids: memory returns to

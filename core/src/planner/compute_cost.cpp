@@ -67,7 +67,9 @@ void attention_cost(LeafCost& cost, const Module& m, const Activation& q, std::i
       {"softmax", "elementwise", 6.0 * static_cast<double>(scores), passes * 2 * scores * d + (dropout ? scores : 0)}};
   cost.backward_extra = {{"softmax", "elementwise", 4.0 * static_cast<double>(scores),
                           (dropout ? 3 * scores * d + scores : 0) + 3 * scores * d}};
-  cost.saved_bytes = scores * d + (dropout ? scores : 0);  // the probabilities and the dropout mask
+  // softmax keeps the probabilities; with dropout, p v reads the dropped ones (another tensor) and
+  // dropout keeps its mask.
+  cost.saved_bytes = scores * d * (dropout ? 2 : 1) + (dropout ? scores : 0);
   cost.saves_kv = !chain;
   cost.saves_input = !chain;
   if (chain) cost.saved_bytes += 3 * t * width * d;

@@ -108,6 +108,7 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
     // checkpoint(use_reentrant=False): only the region's input is saved; the inside is recomputed
     // when backward first unpacks one of its tensors.
     region_saved = act.bytes();
+    for (const Activation& tensor : side) region_saved += tensor.bytes();  // attention's k and v
     builder_.add_memory(region_saved, MemoryTracker::Kind::activation);
   }
   run_module_body(m, act, inner, side);
@@ -200,8 +201,9 @@ Activation Walk::forward_join(int m, const ForwardStep& step, const std::vector<
       fmt::format("{}.{}.{}", context_.label(m), join_kind_name(step.join), module.tensors[step.output]);
   const std::string name = base + (phase == Phase::recompute ? ".recompute" : ".forward");
   builder_.compute(name, m, phase, "elementwise", cost.forward_flops, cost.forward_bytes, {}, OpRole::none);
+  // mul saves its inputs only when its output needs a gradient; then backward releases them.
   std::vector<SavedRef> saved;
-  if (cost.saves_inputs)
+  if (cost.saves_inputs && out.requires_grad)
     for (int slot : step.inputs) saved.emplace_back(slots[slot]);
   if (mode != Mode::checkpointed)
     for (const SavedRef& tensor : saved) saved_.save(tensor);
@@ -222,8 +224,9 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
   std::int64_t in_local = act.features(), out_local = act.features(), kv_local = 0;
   Activation input = act;
   // A leaf computes in its FSDP unit's param_dtype under mixed precision (inputs are cast on the
-  // way in); its output has that dtype.
+  // way in, a new tensor); its output has that dtype.
   input.dtype = builder_.compute_dtypes[m];
+  if (input.dtype != act.dtype) input.id = context_.fresh_tensor();
   if (module.leaf == LeafKind::linear) {
     const ParamState& weight = context_.params[module.params[0]];
     out_local = weight.local_shape[0];
@@ -316,7 +319,8 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
 // counted from the start of each pass over the region (the first mm is kept, the second not).
 bool Walk::keeps_output(const Module& module, Mode mode) {
   if (!selective_.active || mode == Mode::normal) return false;
-  if (module.leaf == LeafKind::linear) return ++selective_.matmuls % 2 == 1;
+  // A Linear with a bias runs as aten.addmm, which the policy neither saves nor counts.
+  if (module.leaf == LeafKind::linear && !module.bias) return ++selective_.matmuls % 2 == 1;
   return module.leaf == LeafKind::attention && module.fused;
 }
 
@@ -413,6 +417,7 @@ void Walk::run_iteration() {
   Activation act;
   act.dtype = context_.act_dtype();
   act.requires_grad = plan.input_requires_grad;
+  act.id = context_.fresh_tensor();  // the model input: ops that save it share it
   if (seq > 0) act.shape = {plan.batch_size, seq, model.token_input ? 1 : model.input_features};
   else act.shape = {plan.batch_size, model.input_features};
   forward_module(0, act, Mode::normal);
