@@ -233,9 +233,11 @@ class Supervisor {
     for (const Child& child : children_)
       if (failed(child)) problems.push_back(&child);
     if (problems.empty()) return 0;
-    // The culprit: a hung rank if any, else one killed by a signal (the others failed because it
-    // vanished), else the rank that ended first.
-    const auto severity = [](const Child& child) { return child.hung ? 2 : WIFSIGNALED(child.status) ? 1 : 0; };
+    // The culprit: a rank killed by a signal we did not send (the others failed, or waited until
+    // we killed them, because it vanished; on a loaded box, ASan builds in CI, survivors can take
+    // longer than the timeout to notice), else a hung rank (the others failed waiting for it),
+    // else the rank that ended first.
+    const auto severity = [](const Child& child) { return child.hung ? 1 : WIFSIGNALED(child.status) ? 2 : 0; };
     const Child* culprit = problems.front();
     for (const Child* child : problems)
       if (severity(*child) > severity(*culprit) ||
