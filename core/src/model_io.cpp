@@ -278,21 +278,25 @@ class ModelParser {
     return step;
   }
 
-  int slot_or_fail(const JsonReader& where, int index, const std::string& name) {
+  // The slot of tensor `name` in module `index`, -1 when the forward has not written it yet.
+  int find_slot(int index, const std::string& name) const {
     const std::vector<std::string>& tensors = model_.modules[index].tensors;
-    for (std::size_t s = 0; s < tensors.size(); ++s)
-      if (tensors[s] == name) return static_cast<int>(s);
+    const auto it = std::find(tensors.begin(), tensors.end(), name);
+    return it == tensors.end() ? -1 : static_cast<int>(it - tensors.begin());
+  }
+
+  int slot_or_fail(const JsonReader& where, int index, const std::string& name) {
+    if (const int slot = find_slot(index, name); slot >= 0) return slot;
     std::string known;
-    for (const std::string& t : tensors) known += (known.empty() ? "" : ", ") + t;
+    for (const std::string& t : model_.modules[index].tensors) known += (known.empty() ? "" : ", ") + t;
     where.fail(fmt::format("no tensor \"{}\" yet (the input is \"x\"; tensors so far: {})", name, known));
   }
 
   int slot_for_write(const JsonReader& where, int index) {
     const std::string name = where.as_string();
     if (name.empty()) where.fail("a tensor name must be non-empty");
+    if (const int slot = find_slot(index, name); slot >= 0) return slot;  // rebinding, as x = x + h does
     std::vector<std::string>& tensors = model_.modules[index].tensors;
-    for (std::size_t s = 0; s < tensors.size(); ++s)
-      if (tensors[s] == name) return static_cast<int>(s);  // rebinding, as x = x + h does
     tensors.push_back(name);
     return static_cast<int>(tensors.size() - 1);
   }

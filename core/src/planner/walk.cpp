@@ -102,9 +102,10 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
   const std::size_t region_start = tape_.size();
   const int region_first_tensor = context_.next_tensor;
   std::int64_t region_saved = 0;
+  // A region starts its own count of kept matmuls; the enclosing walk's resumes after it.
   const SelectiveRegion outer_selective = selective_;
-  if (region) selective_ = {context_.selective[m], 0};
   if (region) {
+    selective_ = {context_.selective[m], 0};
     // checkpoint(use_reentrant=False): only the region's input is saved; the inside is recomputed
     // when backward first unpacks one of its tensors.
     region_saved = act.bytes();
@@ -113,8 +114,8 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
   }
   run_module_body(m, act, inner, side);
   fsdp_.post_forward(m, mode);
-  if (region) selective_ = outer_selective;
   if (region) {
+    selective_ = outer_selective;
     // Pushed after the region's own entries, so backward replays the region before any of them,
     // but below the pre-backward hooks on the region's output (the unit on this module, units on
     // its last submodule): autograd runs those hooks before the first node inside the region
@@ -153,13 +154,18 @@ void Walk::run_forward_steps(int m, Activation& act, Mode mode) {
   slots[0] = act;
   sum_branch_grads(m, 0, slots[0], module.input_uses, mode);
   for (const ForwardStep& step : module.forward) {
-    Activation out = slots[step.inputs.front()];
-    std::vector<Activation> side;
-    for (std::size_t i = 1; i < step.inputs.size(); ++i) side.push_back(slots[step.inputs[i]]);
-    if (step.kind == ForwardStep::Kind::child) forward_module(step.index, out, mode, side);
-    else if (step.kind == ForwardStep::Kind::param_matmul) forward_param_matmul(step.index, out, mode);
-    else out = forward_join(m, step, slots, mode);
-    slots[step.output] = std::move(out);
+    if (step.kind == ForwardStep::Kind::join) {
+      slots[step.output] = forward_join(m, step, slots, mode);
+    } else {
+      std::vector<Activation> side;
+      for (std::size_t i = 1; i < step.inputs.size(); ++i) side.push_back(slots[step.inputs[i]]);
+      // A chain step rewrites its own slot: run it in place rather than copy the tensor.
+      const int first = step.inputs.front();
+      Activation out = first == step.output ? std::move(slots[first]) : slots[first];
+      if (step.kind == ForwardStep::Kind::child) forward_module(step.index, out, mode, side);
+      else forward_param_matmul(step.index, out, mode);
+      slots[step.output] = std::move(out);
+    }
     sum_branch_grads(m, step.output, slots[step.output], step.output_uses, mode);
   }
   act = slots[module.result];
@@ -265,9 +271,7 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
     const int forward = builder_.compute(fmt::format("{}.{}", label, suffix), m, phase, cost.op_class,
                                          cost.forward_flops, cost.forward_bytes, deps, OpRole::leaf);
     builder_.set_gemms(forward, cost.forward_gemms);
-    for (const KernelCost& kernel : cost.forward_extra)
-      builder_.compute(fmt::format("{}.{}.{}", label, kernel.name, suffix), m, phase, kernel.op_class, kernel.flops,
-                       kernel.bytes, {}, OpRole::none);
+    emit_kernels(m, phase, cost.forward_extra);
   }
 
   Activation output = input;
@@ -304,15 +308,21 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
     const int op = builder_.compute(name + ".backward", m, Phase::backward, cost.op_class, cost.backward_flops,
                                     cost.backward_bytes, now, OpRole::leaf);
     builder_.set_gemms(op, cost.backward_gemms);
-    for (const KernelCost& kernel : cost.backward_extra)
-      builder_.compute(fmt::format("{}.{}.backward", name, kernel.name), m, Phase::backward, kernel.op_class,
-                       kernel.flops, kernel.bytes, {}, OpRole::none);
+    emit_kernels(m, Phase::backward, cost.backward_extra);
     builder_.add_memory(-cost.saved_bytes, MemoryTracker::Kind::activation);
     for (const SavedRef& tensor : saved) saved_.release(tensor);
     // AccumulateGrad order: autograd runs the bias's accumulation before the weight's (addmm feeds
     // bias directly, weight through TBackward), i.e. parameters in reverse registration order.
     for (auto it = mod.params.rbegin(); it != mod.params.rend(); ++it) grad_ready(*it, op);
   });
+}
+
+// The kernels a leaf launches beside its main op: "attn.softmax.forward".
+void Walk::emit_kernels(int m, Phase phase, const std::vector<KernelCost>& kernels) {
+  const char* suffix = phase == Phase::recompute ? "recompute" : phase == Phase::backward ? "backward" : "forward";
+  for (const KernelCost& kernel : kernels)
+    builder_.compute(fmt::format("{}.{}.{}", context_.label(m), kernel.name, suffix), m, phase, kernel.op_class,
+                     kernel.flops, kernel.bytes, {}, OpRole::none);
 }
 
 // torchtitan's op-level policy (_save_list): flash attention's outputs and every second aten.mm,

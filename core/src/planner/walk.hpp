@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 #include "backward_tape.hpp"
+#include "compute_cost.hpp"
 #include "context.hpp"
 #include "ddp.hpp"
 #include "fsdp.hpp"
@@ -38,6 +39,7 @@ class Walk {
   Activation forward_join(int m, const ForwardStep& step, const std::vector<Activation>& slots, Mode mode);
   void forward_leaf(int m, Activation& act, Mode mode, std::span<const Activation> side);
   bool keeps_output(const Module& module, Mode mode);
+  void emit_kernels(int m, Phase phase, const std::vector<KernelCost>& kernels);
   void forward_param_matmul(int p, Activation& act, Mode mode);
   void grad_ready(int p, int producer);
   void optimizer_step();
