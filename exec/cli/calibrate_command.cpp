@@ -29,6 +29,7 @@
 #include "stratsim/exec/backend.hpp"
 #include "stratsim/exec/calibration.hpp"
 #include "stratsim/exec/executor.hpp"
+#include "stratsim/exec/gpu_calibration.hpp"
 #include "stratsim/exec/launcher.hpp"
 
 namespace stratsim::cli {
@@ -41,6 +42,8 @@ struct CalibrateArgs {
   std::vector<int> procs;  // default: 2 and 4 (2 with --quick)
   bool quick = false;
   bool quiet = false;
+  bool gpu = false;  // measure a CUDA GPU with cuBLAS instead of the host and Gloo
+  int device = 0;
   double timeout = 60;
   // Worker mode (internal: set by the launcher side on the commands it starts).
   std::string worker_output;
@@ -228,6 +231,36 @@ int run_calibration(const CalibrateArgs& args) {
   return 0;
 }
 
+// The GPU: cuBLAS GEMM rates by shape, copy bandwidth and the kernel floor (gpu_calibration.hpp).
+int run_gpu_calibration(const CalibrateArgs& args) {
+  if (!args.procs.empty()) throw InputError("--procs: Gloo process counts; calibrate --gpu measures one GPU");
+  const std::filesystem::path output(args.output);
+  if (output.has_parent_path() && !std::filesystem::is_directory(output.parent_path()))
+    throw InputError(fmt::format("-o {}: no such directory", args.output));
+  exec::GemmGrid grid;
+  if (args.quick) grid.step = 4, grid.largest = 16384, grid.min_seconds_per_shape = 0.001;
+  Progress progress(!args.quiet);
+  exec::GpuCalibration calibration;
+  calibration.host_name = host_name();
+  calibration.date = today();
+  calibration.command = args.quick ? "stratsim calibrate --gpu --quick" : "stratsim calibrate --gpu";
+  calibration.gpu = exec::measure_gpu(args.device, grid, [&](int done, int total) {
+    progress.show(static_cast<double>(done) / total, fmt::format("cuBLAS GEMM {}/{}", done, total));
+  });
+  progress.done();
+  write_atomically(args.output, exec::gpu_platform_yaml(calibration));
+  const exec::GpuMeasurement& gpu = calibration.gpu;
+  double best_bf16 = 0;
+  for (const exec::GemmTiming& t : gpu.gemms.at(core::DType::bfloat16))
+    best_bf16 = std::max(best_bf16, t.shape.flops() / t.seconds);
+  std::cout << fmt::format(
+      "stratsim calibrate: wrote {} ({}: bfloat16 GEMMs up to {:.0f} TFLOP/s on a {}^3 grid, copies {:.0f} GB/s of "
+      "{:.0f} GB/s peak, kernel floor {:.2f} us)\n",
+      args.output, gpu.name, best_bf16 / 1e12, gpu.axis.size(), gpu.copy_bytes_per_second / 1e9,
+      gpu.peak_memory_bytes_per_second / 1e9, gpu.kernel_floor_seconds * 1e6);
+  return 0;
+}
+
 int calibrate_command(const CalibrateArgs& args) {
   if (!args.worker_output.empty()) {
     const char* rank = std::getenv("RANK");
@@ -235,7 +268,7 @@ int calibrate_command(const CalibrateArgs& args) {
     if (!rank || !world) throw InputError("--worker-output is internal: it runs under stratsim calibrate's launcher");
     return run_worker(args, std::atoi(rank), std::atoi(world));
   }
-  return run_calibration(args);
+  return args.gpu ? run_gpu_calibration(args) : run_calibration(args);
 }
 
 const Register calibrate_registration("calibrate", [](CLI::App& app) {
@@ -248,6 +281,12 @@ const Register calibrate_registration("calibrate", [](CLI::App& app) {
   cmd->add_option("--procs", args->procs, "Process counts to measure Gloo on (powers of two; default 2 and 4)")
       ->delimiter(',');
   cmd->add_flag("--quick", args->quick, "A coarser grid and fewer sizes: under a minute");
+  cmd->add_flag("--gpu", args->gpu,
+                "Measure a CUDA GPU instead (cuBLAS GEMM rates by shape, copy bandwidth, kernel floor); needs a build "
+                "with the CUDA toolkit");
+  cmd->add_option("--device", args->device, "The CUDA GPU --gpu measures")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_flag("--quiet", args->quiet, "No progress bar (drawn only when stderr is a terminal)");
   cmd->add_option("--timeout", args->timeout, "Seconds a rank waits for a peer before failing")
       ->check(CLI::Range(1.0, 3600.0))

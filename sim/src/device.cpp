@@ -89,11 +89,11 @@ double ComputeModel::duration(const core::ProgramOp& op, const DeviceSpec& devic
   double math = 0;
   double other_flops = op.flops;
   auto table = gemm_.find(op.dtype);
-  if (table != gemm_.end() && peak > 0)
+  if (table != gemm_.end() && (peak > 0 || table->second.rates))
     for (const core::GemmShape& g : op.gemms) {
       const double flops = g.flops();
       math += flops /
-              (peak * table->second.at(static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k)));
+              table->second.rate(static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k), peak);
       other_flops -= flops;
     }
   const double class_peak = peak * e.flops_for(op.phase);
@@ -123,19 +123,31 @@ std::vector<double> read_axis(const core::JsonReader& table, const char* key) {
   return axis;
 }
 
+// A measured rate: positive and below any device's (10 PFLOP/s dense is beyond every GPU so far).
+double read_tflops(const core::JsonReader& node) {
+  const double value = node.as_number();
+  if (!(value > 0 && value <= 10000))
+    node.fail(fmt::format("expected TFLOP/s above 0 and at most 10000, got {}", value));
+  return value * 1e12;
+}
+
 GemmTable read_gemm_table(const core::JsonReader& node) {
-  node.allow_only({"m", "n", "k", "efficiency", "source"});
+  node.allow_only({"m", "n", "k", "efficiency", "tflops", "source"});
   GemmTable table;
   table.m = read_axis(node, "m");
   table.n = read_axis(node, "n");
   table.k = read_axis(node, "k");
-  const core::JsonReader values = node.at("efficiency");
+  table.rates = node.has("tflops");
+  if (table.rates == node.has("efficiency"))
+    node.fail("expected exactly one of efficiency (fractions of the dtype's peak) and tflops (measured rates)");
+  const core::JsonReader values = node.at(table.rates ? "tflops" : "efficiency");
   values.expect_array();
   const std::size_t expected = table.m.size() * table.n.size() * table.k.size();
   if (values.size() != expected)
     values.fail(fmt::format("expected {} x {} x {} = {} values (k fastest), got {}", table.m.size(), table.n.size(),
                             table.k.size(), expected, values.size()));
-  for (std::size_t i = 0; i < values.size(); ++i) table.efficiency.push_back(read_fraction(values.at(i)));
+  for (std::size_t i = 0; i < values.size(); ++i)
+    table.efficiency.push_back(table.rates ? read_tflops(values.at(i)) : read_fraction(values.at(i)));
   return table;
 }
 

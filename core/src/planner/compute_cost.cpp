@@ -78,6 +78,11 @@ void attention_cost(LeafCost& cost, const Module& m, const Activation& q, std::i
 // F.cross_entropy(logits.float(), labels) as torchtitan calls it: the cast to float32, log_softmax
 // (a max pass, a sum-of-exponentials pass and the write), NLL; backward writes the one-hot gradient,
 // runs log_softmax's backward and casts back. Saves the float32 log-probabilities.
+// Its temporaries are the largest of a language model's step (t x vocab): forward holds the logits
+// and their float32 copy while log_softmax writes; backward holds NLL's float32 gradient while
+// log_softmax's backward writes another (measured on one H100, benchmarks/accuracy/gpu/: the peak
+// of a 2, 4 and 8-layer Llama 3.1 8B sat 15.1 GiB above the saved tensors, 2 x 16384 x 128256 x 4 B
+// = 15.7 GiB).
 void cross_entropy_cost(LeafCost& cost, const Activation& logits) {
   const std::int64_t n = logits.tokens() * logits.features();
   const int d = dtype_size(logits.dtype);
@@ -88,6 +93,8 @@ void cross_entropy_cost(LeafCost& cost, const Activation& logits) {
   cost.forward_bytes = cast + 3 * n * 4;
   cost.backward_bytes = n * 4 + 3 * n * 4 + cast;
   cost.saved_bytes = n * 4 + logits.tokens() * 8;  // log-probabilities, labels
+  cost.forward_workspace_bytes = n * d + (d == 4 ? 0 : n * 4);
+  cost.backward_workspace_bytes = 2 * n * 4;
 }
 
 // torchtitan's (and Meta's llama) RMSNorm in eager mode: _norm(x.float()).type_as(x) * weight with

@@ -28,6 +28,9 @@ struct LeafCost {
   double forward_flops = 0, backward_flops = 0;
   std::int64_t forward_bytes = 0, backward_bytes = 0;
   std::int64_t saved_bytes = 0;  // the leaf's own saved bytes
+  // Temporaries alive while the op runs, beyond what it saves (its working copies and, in
+  // backward, the activation gradients it reads and writes); released when it ends.
+  std::int64_t forward_workspace_bytes = 0, backward_workspace_bytes = 0;
   bool saves_input = false, saves_output = false, saves_kv = false;
   std::string op_class;
   std::vector<GemmShape> forward_gemms, backward_gemms;  // ProgramOp::gemms of the two ops

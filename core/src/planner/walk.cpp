@@ -272,6 +272,8 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
                                          cost.forward_flops, cost.forward_bytes, deps, OpRole::leaf);
     builder_.set_gemms(forward, cost.forward_gemms);
     emit_kernels(m, phase, cost.forward_extra);
+    builder_.add_memory(cost.forward_workspace_bytes);
+    builder_.add_memory(-cost.forward_workspace_bytes);
   }
 
   Activation output = input;
@@ -309,6 +311,8 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
                                     cost.backward_bytes, now, OpRole::leaf);
     builder_.set_gemms(op, cost.backward_gemms);
     emit_kernels(m, Phase::backward, cost.backward_extra);
+    builder_.add_memory(cost.backward_workspace_bytes);
+    builder_.add_memory(-cost.backward_workspace_bytes);
     builder_.add_memory(-cost.saved_bytes, MemoryTracker::Kind::activation);
     for (const SavedRef& tensor : saved) saved_.release(tensor);
     // AccumulateGrad order: autograd runs the bias's accumulation before the weight's (addmm feeds

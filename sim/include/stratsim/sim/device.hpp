@@ -33,18 +33,23 @@ struct OpClassEfficiency {
   }
 };
 
-// GEMM efficiency (fraction of the dtype's dense peak) measured on a grid of shapes, interpolated
-// linearly in log2(m), log2(n), log2(k) and clamped at the grid's edges: efficiency rises with
-// each dimension until the tiles fill the SMs, so a log scale keeps the steps between measured
-// sizes even.
+// GEMM efficiency (fraction of the dtype's dense peak) or measured rate (FLOP/s) on a grid of
+// shapes, interpolated linearly in log2(m), log2(n), log2(k) and clamped at the grid's edges:
+// efficiency rises with each dimension until the tiles fill the SMs, so a log scale keeps the
+// steps between measured sizes even. Rates are what `stratsim calibrate --gpu` measures: they
+// need no notion of the peak, which the published figure and the device's clocks disagree on.
 struct GemmTable {
   std::vector<double> m, n, k;     // ascending sizes, at least one each
   std::vector<double> efficiency;  // m.size() x n.size() x k.size() values, k fastest
+  bool rates = false;              // true: `efficiency` holds FLOP/s, not fractions of the peak
   double at(double m, double n, double k) const;
+  // FLOP/s of a GEMM of this shape on a device whose dense peak for the dtype is `peak`.
+  double rate(double m, double n, double k, double peak) const { return rates ? at(m, n, k) : peak * at(m, n, k); }
 };
 
 // Roofline per op, with a measured GEMM efficiency where the model has one for the op's shapes:
-//   math   = sum over its GEMMs of 2mnk / (peak(dtype) x gemm_efficiency(m, n, k)),
+//   math   = sum over its GEMMs of 2mnk / (peak(dtype) x gemm_efficiency(m, n, k)) (or / the
+//            table's measured rate),
 //            plus any other FLOPs at peak x e.flops (ops without shapes: all of them);
 //   memory = bytes / (HBM x e.memory);
 //   time   = max(math, memory, kernels x kernel_floor) + launch_overhead,
@@ -52,6 +57,7 @@ struct GemmTable {
 // it from published figures; a JSON/YAML file overrides members (sim/README.md "Cost model"):
 //   {"launch_overhead_us": 4, "kernel_floor_us": 3, "op_classes": {"gemm": {"flops": 0.75}},
 //    "gemm": {"bfloat16": {"m": [...], "n": [...], "k": [...], "efficiency": [...]}}}
+// where a table may give "tflops": [...] (measured rates) in place of "efficiency".
 class ComputeModel {
  public:
   static ComputeModel ideal();     // every efficiency 1, no floor, no launch cost: the bare roofline
