@@ -285,7 +285,7 @@ const Register calibrate_registration("calibrate", [](CLI::App& app) {
                 "Measure a CUDA GPU instead (cuBLAS GEMM rates by shape, copy bandwidth, kernel floor); needs a build "
                 "with the CUDA toolkit");
   cmd->add_option("--device", args->device, "The CUDA GPU --gpu measures")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, 1023))
       ->capture_default_str();
   cmd->add_flag("--quiet", args->quiet, "No progress bar (drawn only when stderr is a terminal)");
   cmd->add_option("--timeout", args->timeout, "Seconds a rank waits for a peer before failing")

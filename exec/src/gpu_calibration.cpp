@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <string>
 
@@ -36,7 +37,10 @@ std::string gpu_preset_for(const GpuMeasurement& gpu, bool& guessed) {
   for (const char* preset : {"h200", "h100", "a100"}) {
     std::string upper = preset;
     std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
-    if (gpu.name.find(upper) != std::string::npos) return preset;
+    if (gpu.name.find(upper) == std::string::npos) continue;
+    // The presets are SXM parts: a PCIe or NVL card's clocks and links differ.
+    guessed = gpu.name.find("PCIe") != std::string::npos || gpu.name.find("NVL") != std::string::npos;
+    return preset;
   }
   guessed = true;
   return gpu.compute_major >= 9 ? "h100" : "a100";
@@ -96,7 +100,7 @@ std::string gpu_platform_yaml(const GpuCalibration& c) {
 #
 # Measured here: cuBLAS GEMM rates on a {n}^3 grid of shapes (best TFLOP/s: {rates}), the
 # device-to-device copy rate ({copy:.0f} GB/s, read + write) and the kernel floor ({floor:.2f} us per
-# kernel in a CUDA graph of tiny GEMMs).
+# kernel in a CUDA graph of tiny GEMMs).{graphs}
 # From the {preset} preset{guess}: the other op classes (attention, norm, embedding,
 # optimizer), the node (8 GPUs: set gpus and nodes for yours) and the network, NCCL's published
 # model (sim/cost-models/{preset}.yaml): collectives are not measured by calibrate.
@@ -117,7 +121,10 @@ hbm_gib: {memory:.1f}
       fmt::arg("runtime", gpu.runtime_version), fmt::arg("n", gpu.axis.size()), fmt::arg("rates", rates),
       fmt::arg("copy", gpu.copy_bytes_per_second / 1e9), fmt::arg("floor", gpu.kernel_floor_seconds * 1e6),
       fmt::arg("preset", preset),
-      fmt::arg("guess", guessed ? " (guessed from the compute capability: the name matches no preset)" : ""),
+      fmt::arg("guess", guessed ? " (a guess: the name is not one of the presets' SXM parts)" : ""),
+      fmt::arg("graphs", gpu.graphs ? ""
+                                    : "\n# CUDA graphs could not be captured: GEMMs were timed as issued, so small "
+                                      "shapes read the host's\n# call rate, not the GPU's."),
       fmt::arg("memory_fields", memory_fields), fmt::arg("elementwise", elementwise), fmt::arg("tables", tables));
 }
 
@@ -132,7 +139,8 @@ void check(cudaError_t status, const std::string& what) {
 
 void check(cublasStatus_t status, const std::string& what) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    throw core::InputError(fmt::format("{}: cuBLAS error {}", what, static_cast<int>(status)));
+    throw core::InputError(
+        fmt::format("{}: cuBLAS error {} ({})", what, static_cast<int>(status), cublasGetStatusString(status)));
 }
 
 cudaDataType_t cuda_type(core::DType dtype) {
@@ -174,6 +182,19 @@ std::vector<unsigned char> random_block(core::DType dtype, std::size_t bytes) {
   return block;
 }
 
+// A captured CUDA graph and its executable instance, destroyed together.
+struct Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t instance = nullptr;
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph() {
+    if (instance) cudaGraphExecDestroy(instance);
+    if (graph) cudaGraphDestroy(graph);
+  }
+};
+
 class Gpu {
  public:
   explicit Gpu(int device) : device_(device) {
@@ -213,6 +234,8 @@ class Gpu {
                          cudaMemcpyHostToDevice),
               "filling GEMM operands");
     }
+    // The fills ran on the legacy stream, which the non-blocking GEMM stream does not wait for.
+    check(cudaDeviceSynchronize(), "filling GEMM operands");
     dtype_ = dtype;
   }
 
@@ -224,6 +247,26 @@ class Gpu {
                        &one, operands_[1], type, static_cast<int>(n), operands_[0], type, static_cast<int>(k), &zero,
                        operands_[2], type, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           fmt::format("GEMM {}x{}x{} {}", m, n, k, core::dtype_name(dtype_)));
+  }
+
+  // Captures `count` calls of `work` on the stream into `graph`; leaves graph.instance empty when
+  // the stream cannot be captured or a call fails during capture (the capture is always ended).
+  template <typename Work>
+  void capture(Graph& graph, int count, Work&& work) {
+    if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    bool issued = true;
+    try {
+      for (int i = 0; i < count; ++i) work();
+    } catch (const core::InputError&) {
+      issued = false;
+    }
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph.graph);
+    if (!issued || ended != cudaSuccess || cudaGraphInstantiate(&graph.instance, graph.graph, 0) != cudaSuccess)
+      graph.instance = nullptr;
+    cudaGetLastError();  // a failed capture leaves its error behind
   }
 
   // Seconds per call of `work` over a batch of `count` back-to-back calls, GPU time.
@@ -238,14 +281,35 @@ class Gpu {
     return ms / 1e3 / count;
   }
 
-  double time_gemm(const core::GemmShape& shape, double min_seconds) {
-    gemm(shape.m, shape.n, shape.k);  // cuBLAS chooses its kernel on the first call of a shape
-    const double once = timed(1, [&] { gemm(shape.m, shape.n, shape.k); });
-    const int count = static_cast<int>(std::clamp(min_seconds / std::max(once, 1e-7), 1.0, 2000.0));
-    double best = once;
-    for (int batch = 0; batch < (once > 0.05 ? 1 : 3); ++batch)
-      best = std::min(best, timed(count, [&] { gemm(shape.m, shape.n, shape.k); }));
+  // Seconds per call of `work`, GPU time, over a batch of `count` calls captured as one CUDA graph:
+  // issued one by one, a cuBLAS call costs the host about 11 us, longer than a small GEMM takes
+  // an H100 (2 us at 64^3, 6 us at 1024^3), so the host's call rate would be measured instead.
+  // The best of `batches` launches; calls issued one by one where capture fails (`captured`
+  // then turns false, and the platform file says so).
+  template <typename Work>
+  double per_call(int count, int batches, Work&& work) {
+    Graph graph;
+    capture(graph, count, work);
+    double best = INFINITY;
+    if (graph.instance) {
+      auto launch = [&] { check(cudaGraphLaunch(graph.instance, stream_), "launching a CUDA graph"); };
+      launch();  // the first launch uploads the graph
+      for (int batch = 0; batch < batches; ++batch) best = std::min(best, timed(1, launch) / count);
+      return best;
+    }
+    captured = false;
+    for (int batch = 0; batch < batches; ++batch) best = std::min(best, timed(count, work));
     return best;
+  }
+
+  double time_gemm(const core::GemmShape& shape, double min_seconds) {
+    auto work = [&] { gemm(shape.m, shape.n, shape.k); };
+    work();  // cuBLAS chooses its kernel on the first call of a shape
+    // One call sets the batch size; for small shapes it reads the host's rate, which only makes
+    // the batch smaller than min_seconds asks.
+    const double once = timed(1, work);
+    const int count = static_cast<int>(std::clamp(min_seconds / std::max(once, 1e-7), 1.0, 2000.0));
+    return std::min(once, per_call(count, once > 0.05 ? 1 : 3, work));
   }
 
   // Read + write bytes per second of device-to-device copies of `bytes`.
@@ -262,30 +326,15 @@ class Gpu {
     return 2.0 * static_cast<double>(bytes) / best;
   }
 
-  // GPU time per kernel of a graph of tiny GEMMs: the floor no kernel goes under. A graph, so
-  // the host's launch rate does not set the figure; back-to-back launches where capture fails.
+  // GPU time per kernel of a graph of tiny GEMMs: the floor no kernel goes under.
   double kernel_floor() {
     prepare(core::DType::bfloat16, 64 * 64);
-    constexpr int kKernels = 200;
-    gemm(64, 64, 64);
-    check(cudaStreamSynchronize(stream_), "warming up");
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t instance = nullptr;
-    if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-      for (int i = 0; i < kKernels; ++i) gemm(64, 64, 64);
-      if (cudaStreamEndCapture(stream_, &graph) != cudaSuccess ||
-          cudaGraphInstantiate(&instance, graph, 0) != cudaSuccess)
-        instance = nullptr;
-    }
-    cudaGetLastError();  // a failed capture leaves its error behind
-    double best = INFINITY;
-    for (int batch = 0; batch < 3; ++batch)
-      best = instance ? std::min(best, timed(5, [&] { check(cudaGraphLaunch(instance, stream_), "graph"); }) / kKernels)
-                      : std::min(best, timed(kKernels, [&] { gemm(64, 64, 64); }));
-    if (instance) cudaGraphExecDestroy(instance);
-    if (graph) cudaGraphDestroy(graph);
-    return best;
+    auto work = [&] { gemm(64, 64, 64); };
+    work();
+    return per_call(200, 3, work);
   }
+
+  bool captured = true;  // every batch ran as a CUDA graph
 
  private:
   int device_;
@@ -354,6 +403,7 @@ GpuMeasurement measure_gpu(int device, const GemmGrid& grid, const std::function
           if (progress) progress(++done, total);
         }
   }
+  gpu.graphs = measuring.captured;
   return gpu;
 }
 

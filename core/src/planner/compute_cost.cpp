@@ -93,7 +93,9 @@ void cross_entropy_cost(LeafCost& cost, const Activation& logits) {
   cost.forward_bytes = cast + 3 * n * 4;
   cost.backward_bytes = n * 4 + 3 * n * 4 + cast;
   cost.saved_bytes = n * 4 + logits.tokens() * 8;  // log-probabilities, labels
-  cost.forward_workspace_bytes = n * d + (d == 4 ? 0 : n * 4);
+  // Forward: the logits, their float32 copy and the log-probabilities being written (saved once
+  // the op ends, so counted here until then).
+  cost.forward_workspace_bytes = n * d + (d == 4 ? 0 : n * 4) + n * 4;
   cost.backward_workspace_bytes = 2 * n * 4;
 }
 

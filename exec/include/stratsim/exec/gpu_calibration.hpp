@@ -4,8 +4,9 @@
 // What is measured, with the libraries PyTorch's kernels come from:
 //  - cuBLAS GEMMs (cublasGemmEx, float32 accumulation as PyTorch asks for it) on a grid of
 //    (m, n, k) shapes for bfloat16, float16 and float32 (float32 without TF32, PyTorch's default
-//    for matmul), on random operands: the best of several batches of back-to-back launches, so a
-//    shape's time is the GPU's, not the host's launch rate;
+//    for matmul), on random operands: the best of several batches, each captured as a CUDA graph
+//    so a shape's time is the GPU's, not the host's call rate (11 us per cuBLAS call on an H100
+//    host, where a 64^3 GEMM takes the GPU 2 us);
 //  - device-to-device copy bandwidth (bytes read plus bytes written), the rate a streaming
 //    element-wise kernel approaches;
 //  - the kernel floor: the time per kernel of a CUDA graph of tiny GEMMs, where neither launch
@@ -44,6 +45,7 @@ struct GpuMeasurement {
   std::map<core::DType, std::vector<GemmTiming>> gemms;  // m-major, k fastest
   double copy_bytes_per_second = 0;                      // device-to-device, read + write
   double kernel_floor_seconds = 0;
+  bool graphs = true;  // every timing ran as a CUDA graph (false: issued one by one, host-bound)
 };
 
 struct GemmGrid {
@@ -63,7 +65,8 @@ GpuMeasurement measure_gpu(int device, const GemmGrid& grid, const std::function
 std::vector<std::int64_t> gpu_axis(std::int64_t smallest, std::int64_t limit, int step, double free_bytes);
 
 // The preset a GPU's name belongs to ("h100", "h200", "a100"); by compute capability where the
-// name says nothing we know (9.x: h100, else a100), with `guessed` set.
+// name says nothing we know (9.x: h100, else a100). `guessed` is set then, and for PCIe and NVL
+// cards, whose clocks and links are not the presets' SXM parts'.
 std::string gpu_preset_for(const GpuMeasurement& gpu, bool& guessed);
 
 struct GpuCalibration {
