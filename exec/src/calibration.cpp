@@ -38,12 +38,12 @@ double mean(const std::vector<double>& values) {
 // The best time of GEMMs of one shape, repeated until `min_seconds` have passed (at least twice).
 double time_gemm(StreamResources& resources, const core::GemmShape& shape, double min_seconds) {
   const core::GemmShape shapes[] = {shape};
-  resources.prepare_gemms(shapes);
-  resources.compute_gemms(shapes);  // warm: caches, first touch
+  resources.prepare_gemms(shapes, core::DType::float32);
+  resources.compute_gemms(shapes, core::DType::float32);  // warm: caches, first touch
   double best = INFINITY, total = 0;
   for (int rep = 0; rep < 2 || total < min_seconds; ++rep) {
     const auto start = Clock::now();
-    resources.compute_gemms(shapes);
+    resources.compute_gemms(shapes, core::DType::float32);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     best = std::min(best, seconds);
     total += seconds;

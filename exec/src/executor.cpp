@@ -104,7 +104,7 @@ class RankExecutor {
       }
       if (options_.compute == ComputeMode::gemm)
         for (const ProgramOp& op : program_.ops)
-          if (op.stream == stream && shaped(op)) resources->prepare_gemms(op.gemms);
+          if (op.stream == stream && shaped(op)) resources->prepare_gemms(op.gemms, op.dtype);
     } catch (const std::exception& error) {
       fail(fmt::format("rank {}: {}", backend_.rank(), error.what()));
     }
@@ -167,8 +167,8 @@ class RankExecutor {
     const double bytes = static_cast<double>(op.bytes_accessed) * options_.compute_scale;
     switch (options_.compute) {
       case ComputeMode::gemm:
-        if (shaped(op)) resources.compute_gemms(op.gemms);
-        else resources.compute(flops, bytes);
+        if (shaped(op)) resources.compute_gemms(op.gemms, op.dtype);
+        else resources.compute(flops, bytes, op.dtype);
         break;
       case ComputeMode::wait: {
         // The roofline of the measured rates: the slower of doing the FLOPs and moving the bytes.

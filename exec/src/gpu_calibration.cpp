@@ -16,6 +16,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "cublas_gemm.hpp"
+
 #include <cstring>
 #include <random>
 #endif
@@ -143,19 +145,6 @@ void check(cublasStatus_t status, const std::string& what) {
         fmt::format("{}: cuBLAS error {} ({})", what, static_cast<int>(status), cublasGetStatusString(status)));
 }
 
-cudaDataType_t cuda_type(core::DType dtype) {
-  switch (dtype) {
-    case core::DType::bfloat16:
-      return CUDA_R_16BF;
-    case core::DType::float16:
-      return CUDA_R_16F;
-    case core::DType::float32:
-      return CUDA_R_32F;
-    default:
-      throw core::InputError(fmt::format("calibrate --gpu: no GEMM for dtype {}", core::dtype_name(dtype)));
-  }
-}
-
 // Random operands in [-1, 1): GEMMs on zeros draw less power and run faster than on real data.
 // Half-precision values are built from their bit fields (sign, an exponent for 0.25..1, random
 // mantissa), so no conversion routine is needed on the host.
@@ -241,11 +230,7 @@ class Gpu {
 
   // C[m,n] = A[m,k] B[k,n], row-major: cuBLAS's column-major C^T = B^T A^T.
   void gemm(std::int64_t m, std::int64_t n, std::int64_t k) {
-    const float one = 1, zero = 0;
-    const cudaDataType_t type = cuda_type(dtype_);
-    check(cublasGemmEx(blas_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
-                       &one, operands_[1], type, static_cast<int>(n), operands_[0], type, static_cast<int>(k), &zero,
-                       operands_[2], type, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    check(detail::gemm_row_major(blas_, m, n, k, operands_[0], operands_[1], operands_[2], dtype_),
           fmt::format("GEMM {}x{}x{} {}", m, n, k, core::dtype_name(dtype_)));
   }
 

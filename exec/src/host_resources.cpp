@@ -40,19 +40,19 @@ class HostResources : public StreamResources {
     return std::span(buffer).first(bytes);
   }
 
-  void compute(double flops, double bytes) override {
+  void compute(double flops, double bytes, core::DType /*dtype*/) override {
     const double intensity = bytes > 0 ? flops / bytes : INFINITY;
     if (intensity < 0.25) return stream(bytes);
     if (intensity <= 64) return weight_gemm(flops, bytes);
     compute_blocks(flops);
   }
 
-  void prepare_gemms(std::span<const core::GemmShape> gemms) override {
+  void prepare_gemms(std::span<const core::GemmShape> gemms, core::DType /*dtype*/) override {
     for (const core::GemmShape& g : gemms) operands(g);
   }
 
   // Eigen's single-precision GEMM on the op's own shapes, operands allocated once per shape.
-  void compute_gemms(std::span<const core::GemmShape> gemms) override {
+  void compute_gemms(std::span<const core::GemmShape> gemms, core::DType /*dtype*/) override {
     for (const core::GemmShape& g : gemms) {
       Operands& o = operands(g);
       o.c.noalias() = o.a * o.b;

@@ -1,6 +1,6 @@
 // The NCCL backend: one CUDA GPU per rank, one NCCL communicator per group instance and program
 // stream, the ncclUniqueId carried by the same rendezvous store as Gloo's (a Gloo world underneath
-// serves the store and the barriers), compute as cuBLAS SGEMMs on the rank's GPU.
+// serves the store and the barriers), compute as cuBLAS GEMMs and copies on the rank's GPU.
 //
 // Why each choice:
 //   * Ranks map to GPUs by LOCAL_RANK; before any NCCL call every rank publishes its host and GPU
@@ -11,6 +11,9 @@
 //   * Every op synchronises its CUDA stream before returning, so the executor's per-op timings
 //     are completion times; overlap comes from the program's streams running as threads, each
 //     with its own CUDA streams.
+//   * Compute runs what the simulator prices: an op's own GEMM shapes in its dtype (cuBLAS, as
+//     `calibrate --gpu` measures them), other ops as the larger of their math (GEMM blocks in
+//     their dtype) and their memory traffic (device-to-device copies).
 #include <memory>
 #include <string>
 
@@ -31,8 +34,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "cublas_gemm.hpp"
 
 namespace stratsim::exec {
 namespace {
@@ -99,19 +106,40 @@ void wait_for(cudaStream_t stream, ncclComm_t comm, std::chrono::milliseconds ti
 
 class DeviceResources : public StreamResources {
  public:
-  static constexpr int kBlock = 2048;  // SGEMM block: large enough to run near the GPU's rate
+  static constexpr std::int64_t kBlock = 4096;  // block GEMM: large enough to run near the GPU's rate
   static constexpr double kBlockFlops = 2.0 * kBlock * kBlock * kBlock;
+  static constexpr std::size_t kCopyBytes = std::size_t{256} << 20;  // past the 50 MB L2
 
+  // Measures the block rates and the copy rate here, before the run's clock starts: compute()
+  // needs them to choose between math and memory.
   explicit DeviceResources(int device) : device_(device) {
     check(cudaSetDevice(device), "selecting the GPU");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a CUDA stream");
     check(cublasCreate(&blas_), "creating a cuBLAS handle");
     check(cublasSetStream(blas_, stream_), "binding cuBLAS to the stream");
+    blocks_ = allocate(3 * kBlock * kBlock * sizeof(float), "allocating GEMM blocks");
+    copies_ = allocate(2 * kCopyBytes, "allocating copy buffers");
+    // Once per GPU and process, one stream at a time: the program's stream threads construct
+    // their resources at once, and rates measured side by side read about half (320 TFLOP/s
+    // bfloat16 and 1.3 TB/s copies on an H100, against 750 and 3.0 alone).
+    static std::mutex measuring;
+    static std::map<int, Rates> measured;
+    std::lock_guard lock(measuring);
+    auto it = measured.find(device);
+    if (it == measured.end()) {
+      Rates rates;
+      for (core::DType dtype : {core::DType::bfloat16, core::DType::float16, core::DType::float32})
+        rates.block[detail::gemm_type(dtype)] = measure([&] { block(kBlock, dtype); }, kBlockFlops);
+      rates.copy = measure([&] { copy(2.0 * kCopyBytes); }, 2.0 * kCopyBytes);
+      it = measured.emplace(device, rates).first;
+    }
+    rates_ = it->second;
   }
   ~DeviceResources() override {
     for (auto& [pointer, size] : buffers_)
       if (pointer != nullptr) cudaFree(pointer);
-    if (matrices_ != nullptr) cudaFree(matrices_);
+    for (void* pointer : {blocks_, copies_, gemm_operands_})
+      if (pointer != nullptr) cudaFree(pointer);
     cublasDestroy(blas_);
     cudaStreamDestroy(stream_);
   }
@@ -127,48 +155,100 @@ class DeviceResources : public StreamResources {
     return {static_cast<std::byte*>(pointer), bytes};
   }
 
-  // FLOP-faithful only: `bytes` is not streamed on the GPU yet (no device machine to validate it).
-  void compute(double flops, double /*bytes*/) override {
-    const auto blocks = static_cast<long long>(std::max(0.0, flops / kBlockFlops));
-    for (long long i = 0; i < blocks; ++i) gemm(kBlock);
-    const int n = static_cast<int>(std::cbrt(std::max(0.0, flops - static_cast<double>(blocks) * kBlockFlops) / 2.0));
-    if (n > 0) gemm(n);
+  // The simulator's roofline run for real: the op's FLOPs as GEMM blocks in its dtype, or its
+  // bytes (read plus written) as device-to-device copies, whichever this GPU's measured rates
+  // say takes longer.
+  void compute(double flops, double bytes, core::DType dtype) override {
+    const double math = flops / rates_.block.at(detail::gemm_type(dtype));
+    if (bytes / rates_.copy > math) copy(bytes);
+    else blocks(flops, dtype);
     check(cudaStreamSynchronize(stream_), "compute");
   }
 
-  double calibrate() override {
-    gemm(kBlock);  // warm-up: cuBLAS picks its kernel on first use
-    cudaEvent_t start, stop;
-    check(cudaEventCreate(&start), "calibration");
-    check(cudaEventCreate(&stop), "calibration");
-    cudaEventRecord(start, stream_);
-    for (int i = 0; i < 5; ++i) gemm(kBlock);
-    cudaEventRecord(stop, stream_);
-    check(cudaEventSynchronize(stop), "calibration");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    return 5 * kBlockFlops / std::max(1e-9, ms / 1e3);
+  void prepare_gemms(std::span<const core::GemmShape> gemms, core::DType dtype) override {
+    std::size_t largest = 0;
+    for (const core::GemmShape& g : gemms)
+      largest = std::max({largest, static_cast<std::size_t>(g.m * g.k), static_cast<std::size_t>(g.k * g.n),
+                          static_cast<std::size_t>(g.m * g.n)});
+    const std::size_t bytes = 3 * largest * static_cast<std::size_t>(detail::gemm_element_bytes(dtype));
+    if (bytes <= gemm_bytes_) return;
+    if (gemm_operands_ != nullptr) cudaFree(gemm_operands_);
+    gemm_operands_ = allocate(bytes, "allocating GEMM operands");
+    gemm_bytes_ = bytes;
   }
 
-  cudaStream_t stream() const { return stream_; }
+  // The op's own GEMMs, C[m,n] = A[m,k] B[k,n], in its dtype: what calibrate --gpu measured.
+  void compute_gemms(std::span<const core::GemmShape> gemms, core::DType dtype) override {
+    prepare_gemms(gemms, dtype);
+    const std::size_t third = gemm_bytes_ / 3;
+    auto* base = static_cast<std::byte*>(gemm_operands_);
+    for (const core::GemmShape& g : gemms)
+      check(detail::gemm_row_major(blas_, g.m, g.n, g.k, base, base + third, base + 2 * third, dtype), "GEMM");
+    check(cudaStreamSynchronize(stream_), "compute");
+  }
+
+  // bfloat16 blocks: what the compute of a mixed-precision step mostly is.
+  double calibrate() override { return rates_.block.at(CUDA_R_16BF); }
+  double memory_bandwidth() override { return rates_.copy; }
 
  private:
-  void gemm(int n) {
-    if (matrices_ == nullptr)
-      check(cudaMalloc(&matrices_, 3ull * kBlock * kBlock * sizeof(float)), "allocating GEMM blocks");
-    const float one = 1, zero = 0;
-    float* a = matrices_;
-    float* b = a + kBlock * kBlock;
-    float* c = b + kBlock * kBlock;
-    check(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, kBlock, b, kBlock, &zero, c, kBlock), "SGEMM");
+  void* allocate(std::size_t bytes, const std::string& what) {
+    void* pointer = nullptr;
+    check(cudaMalloc(&pointer, bytes), fmt::format("{}: {} bytes on GPU {}", what, bytes, device_));
+    check(detail::fill_random(pointer, bytes), what);
+    return pointer;
+  }
+
+  // Seconds-based rate of `work` (amount units per second): the best of three after a warm-up.
+  template <typename Work>
+  double measure(Work&& work, double amount) {
+    work();
+    check(cudaStreamSynchronize(stream_), "measuring the GPU");
+    double best = INFINITY;
+    for (int i = 0; i < 3; ++i) {
+      const auto start = Clock::now();
+      work();
+      check(cudaStreamSynchronize(stream_), "measuring the GPU");
+      best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    return amount / std::max(best, 1e-9);
+  }
+
+  void block(std::int64_t n, core::DType dtype) {
+    auto* base = static_cast<std::byte*>(blocks_);
+    const std::size_t third = kBlock * kBlock * sizeof(float);
+    check(detail::gemm_row_major(blas_, n, n, n, base, base + third, base + 2 * third, dtype), "GEMM block");
+  }
+
+  void blocks(double flops, core::DType dtype) {
+    const auto count = static_cast<long long>(std::max(0.0, flops / kBlockFlops));
+    for (long long i = 0; i < count; ++i) block(kBlock, dtype);
+    const auto n =
+        static_cast<std::int64_t>(std::cbrt(std::max(0.0, flops - static_cast<double>(count) * kBlockFlops) / 2.0));
+    if (n > 0) block(n, dtype);
+  }
+
+  // Moves `bytes` (read plus written) by device-to-device copies of up to kCopyBytes.
+  void copy(double bytes) {
+    auto* source = static_cast<std::byte*>(copies_);
+    for (double left = bytes / 2; left >= 1; left -= static_cast<double>(kCopyBytes)) {
+      const auto chunk = static_cast<std::size_t>(std::min(left, static_cast<double>(kCopyBytes)));
+      check(cudaMemcpyAsync(source + kCopyBytes, source, chunk, cudaMemcpyDeviceToDevice, stream_), "copying");
+    }
   }
 
   int device_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
-  float* matrices_ = nullptr;
+  void* blocks_ = nullptr;
+  void* copies_ = nullptr;
+  void* gemm_operands_ = nullptr;
+  std::size_t gemm_bytes_ = 0;
+  struct Rates {
+    std::map<cudaDataType_t, double> block;  // FLOP/s of block GEMMs by CUDA type
+    double copy = 0;                         // bytes (read + written) per second
+  };
+  Rates rates_;
   std::array<std::pair<void*, std::size_t>, 2> buffers_{};
 };
 

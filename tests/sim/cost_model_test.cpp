@@ -61,7 +61,8 @@ TEST(CostModelPresets, EveryPresetLoadsWithItsSources) {
   EXPECT_EQ(CostModel::preset("a100").network.nvls_bandwidth_fraction, 0);
   // At the top of the tables: H100 measured (benchmarks/accuracy/gpu/measured/h100-calibrated.yaml,
   // 688 TFLOP/s at 16384^3, 860 at best), A100 the published large-GEMM efficiency (MAMF).
-  const sim::GemmTable& h100 = CostModel::preset("h100").compute.gemm_tables().at(core::DType::bfloat16);
+  const CostModel h100_model = CostModel::preset("h100");
+  const sim::GemmTable& h100 = h100_model.compute.gemm_tables().at(core::DType::bfloat16);
   EXPECT_TRUE(h100.rates);
   EXPECT_NEAR(h100.at(16384, 16384, 16384), 688.0e12, 1e9);
   EXPECT_NEAR(*std::max_element(h100.efficiency.begin(), h100.efficiency.end()), 859.8e12, 1e11);

@@ -42,19 +42,20 @@ class StreamResources {
   // Scratch buffer `slot` (0: collective input, 1: collective output) of at least `bytes`;
   // grows as needed, keeps its contents otherwise.
   virtual std::span<std::byte> buffer(int slot, std::size_t bytes) = 0;
-  // Real work of `flops` floating-point operations, done when it returns.
-  // Real work of `flops` floating-point operations that reads and writes `bytes` of memory,
-  // done when it returns. Backends that cannot honour the bytes (NCCL today) run the FLOPs.
-  virtual void compute(double flops, double bytes) = 0;
+  // Real work of `flops` floating-point operations in `dtype` that reads and writes `bytes` of
+  // memory, done when it returns: the op the simulator prices by its roofline, run as GEMMs or
+  // streamed copies, whichever the roofline says dominates. The host computes in float32.
+  virtual void compute(double flops, double bytes, core::DType dtype) = 0;
   // The op's own matrix multiplies (ProgramOp::gemms), C[m,n] = A[m,k] B[k,n] each, so measured
   // GEMM time depends on shape as the simulator's cost model says it does. prepare_gemms runs
   // before the clock starts (allocation and first touch are not the op's time). Backends without
   // shaped kernels run the FLOPs.
-  virtual void prepare_gemms(std::span<const core::GemmShape> /*gemms*/) {}
-  virtual void compute_gemms(std::span<const core::GemmShape> gemms) {
+  // The GPU runs them in the op's dtype (bfloat16 on tensor cores); the host in float32.
+  virtual void prepare_gemms(std::span<const core::GemmShape> /*gemms*/, core::DType /*dtype*/) {}
+  virtual void compute_gemms(std::span<const core::GemmShape> gemms, core::DType dtype) {
     double flops = 0;
     for (const core::GemmShape& g : gemms) flops += g.flops();
-    compute(flops, 0);
+    compute(flops, 0, dtype);
   }
   // Sustained FLOP/s of compute(), measured: what the calibrated wait sleeps by.
   virtual double calibrate() = 0;
