@@ -57,8 +57,12 @@ plan=$(mktemp --suffix=.yaml)
 trap 'rm -f "$plan"' EXIT
 for run in "$here"/gpu/measured/llama*.json; do
   field() { grep -o "\"$1\": *[^,}]*" "$run" | head -1 | sed 's/.*: *//; s/"//g'; }
-  layers=$(field layers) ac=$(field ac) norm=$(field norm)
-  { echo "world_size: 1"; echo "batch_size: 2"; echo "optimizer: {type: adamw}"; echo "steps:"
+  layers=$(field layers) ac=$(field ac) norm=$(field norm) batch=$(field batch) seq=$(field seq)
+  dim=$(field dim) heads=$(field n_heads) kv_heads=$(field n_kv_heads) ffn=$(field ffn) vocab=$(field vocab)
+  for value in "$layers" "$ac" "$norm" "$batch" "$seq" "$dim" "$heads" "$kv_heads" "$ffn" "$vocab"; do
+    [[ -n $value ]] || { echo "run.sh: $run: a config field is missing" >&2; exit 2; }
+  done
+  { echo "world_size: 1"; echo "batch_size: $batch"; echo "optimizer: {type: adamw}"; echo "steps:"
     for ((i = 0; i < layers; i++)); do
       case $ac in
         full) echo "  - checkpoint: {module: layers.$i}" ;;
@@ -67,14 +71,14 @@ for run in "$here"/gpu/measured/llama*.json; do
     done
     echo '  - fully_shard: {module: "", strategy: FULL_SHARD, policy: {module_types: [TransformerBlock]}, mixed_precision: {param_dtype: bfloat16, reduce_dtype: float32}}'
   } >"$plan"
-  model="zoo:gpt:layers=$layers,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,seq=8192,norm=$norm"
+  model="zoo:gpt:layers=$layers,hidden=$dim,heads=$heads,kv_heads=$kv_heads,ffn=$ffn,vocab=$vocab,seq=$seq,norm=$norm"
   tps=$("$build/stratsim" simulate --quiet --model "$model" --plan "$plan" --iterations 2 --platform h100:gpus=1 --json |
     grep -o '"tokens_per_s": *[0-9.e+]*' | tail -1 | sed 's/.*: *//')
   peak=$("$build/stratsim" plan --model "$model" --plan "$plan" --iterations 2 --json |
     grep -o '"peak": *[0-9]*' | tail -1 | sed 's/.*: *//')
-  awk -v l="$layers" -v a="$ac" -v n="$norm" -v t="$tps" -v m="$peak" -v step="$(field median_step_s)" \
+  awk -v l="$layers" -v a="$ac" -v n="$norm" -v t="$tps" -v m="$peak" -v step="$(field median_step_s)" -v tokens=$((batch * seq)) \
     -v real="$(field peak_allocated_bytes)" 'BEGIN {
-    sim = 16384 / t; te = (sim / step - 1) * 100; me = (m / real - 1) * 100
+    sim = tokens / t; te = (sim / step - 1) * 100; me = (m / real - 1) * 100
     printf "| %d | %s | %s | %.1f ms | %.1f ms | %+.1f %% | %.1f GiB | %.1f GiB | %+.1f %% |\n", l, a, n, step * 1e3, sim * 1e3, te,
       real / 1073741824, m / 1073741824, me
     exit (me > 5 || me < -5) }' || status=1

@@ -184,7 +184,38 @@ struct Graph {
   }
 };
 
-class Gpu {
+// The CUDA handles and buffers a Gpu holds, released by this base's destructor, which also runs
+// when Gpu's constructor throws halfway (a member-wise destructor would not).
+struct GpuHandles {
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  void* operands_[3] = {nullptr, nullptr, nullptr};
+  GpuHandles() = default;
+  GpuHandles(const GpuHandles&) = delete;
+  GpuHandles& operator=(const GpuHandles&) = delete;
+  ~GpuHandles() {
+    for (void* p : operands_)
+      if (p) cudaFree(p);
+    if (start_) cudaEventDestroy(start_);
+    if (stop_) cudaEventDestroy(stop_);
+    if (blas_) cublasDestroy(blas_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+};
+
+// A device buffer freed when it goes out of scope.
+struct DeviceBuffer {
+  void* pointer = nullptr;
+  DeviceBuffer(std::size_t bytes, const std::string& what) {
+    check(cudaMalloc(&pointer, bytes), fmt::format("{}: {} bytes", what, bytes));
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(pointer); }
+};
+
+class Gpu : private GpuHandles {
  public:
   explicit Gpu(int device) : device_(device) {
     check(cudaSetDevice(device), fmt::format("selecting GPU {}", device));
@@ -194,16 +225,6 @@ class Gpu {
     check(cudaEventCreate(&start_), "creating a CUDA event");
     check(cudaEventCreate(&stop_), "creating a CUDA event");
   }
-  ~Gpu() {
-    release();
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
-    cublasDestroy(blas_);
-    cudaStreamDestroy(stream_);
-  }
-  Gpu(const Gpu&) = delete;
-  Gpu& operator=(const Gpu&) = delete;
-
   void release() {
     for (void*& p : operands_) {
       if (p) cudaFree(p);
@@ -299,15 +320,13 @@ class Gpu {
 
   // Read + write bytes per second of device-to-device copies of `bytes`.
   double copy_rate(std::size_t bytes) {
-    void *from = nullptr, *to = nullptr;
-    check(cudaMalloc(&from, bytes), "allocating the copy source");
-    check(cudaMalloc(&to, bytes), "allocating the copy target");
-    auto copy = [&] { check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_), "copying"); };
+    const DeviceBuffer from(bytes, "allocating the copy source"), to(bytes, "allocating the copy target");
+    auto copy = [&] {
+      check(cudaMemcpyAsync(to.pointer, from.pointer, bytes, cudaMemcpyDeviceToDevice, stream_), "copying");
+    };
     copy();
     double best = INFINITY;
     for (int batch = 0; batch < 3; ++batch) best = std::min(best, timed(5, copy));
-    cudaFree(from);
-    cudaFree(to);
     return 2.0 * static_cast<double>(bytes) / best;
   }
 
@@ -323,10 +342,6 @@ class Gpu {
 
  private:
   int device_;
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t blas_ = nullptr;
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
-  void* operands_[3] = {nullptr, nullptr, nullptr};
   core::DType dtype_ = core::DType::float32;
 };
 
