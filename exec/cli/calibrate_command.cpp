@@ -167,6 +167,13 @@ std::string host_name() {
   return host[0] ? host : "this host";
 }
 
+// The output is checked before the minutes of measuring, not after.
+void check_output_directory(const std::string& path) {
+  const std::filesystem::path output(path);
+  if (output.has_parent_path() && !std::filesystem::is_directory(output.parent_path()))
+    throw InputError(fmt::format("-o {}: no such directory", path));
+}
+
 int run_calibration(const CalibrateArgs& args) {
   std::vector<int> procs = args.procs;
   if (procs.empty()) procs = args.quick ? std::vector<int>{2} : std::vector<int>{2, 4};
@@ -179,10 +186,7 @@ int run_calibration(const CalibrateArgs& args) {
                                         ? std::vector<double>{65536, 1 << 20, 8 << 20}
                                         : std::vector<double>{16384, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
   const int repeats = args.quick ? 8 : 12;
-  // The output is checked before the minutes of measuring, not after.
-  const std::filesystem::path output(args.output);
-  if (output.has_parent_path() && !std::filesystem::is_directory(output.parent_path()))
-    throw InputError(fmt::format("-o {}: no such directory", args.output));
+  check_output_directory(args.output);
 
   Progress progress(!args.quiet);
   const double sweeps = static_cast<double>(procs.size());
@@ -234,9 +238,7 @@ int run_calibration(const CalibrateArgs& args) {
 // The GPU: cuBLAS GEMM rates by shape, copy bandwidth and the kernel floor (gpu_calibration.hpp).
 int run_gpu_calibration(const CalibrateArgs& args) {
   if (!args.procs.empty()) throw InputError("--procs: Gloo process counts; calibrate --gpu measures one GPU");
-  const std::filesystem::path output(args.output);
-  if (output.has_parent_path() && !std::filesystem::is_directory(output.parent_path()))
-    throw InputError(fmt::format("-o {}: no such directory", args.output));
+  check_output_directory(args.output);
   exec::GemmGrid grid;
   if (args.quick) grid.step = 4, grid.largest = 16384, grid.min_seconds_per_shape = 0.001;
   Progress progress(!args.quiet);
@@ -250,9 +252,7 @@ int run_gpu_calibration(const CalibrateArgs& args) {
   progress.done();
   write_atomically(args.output, exec::gpu_platform_yaml(calibration));
   const exec::GpuMeasurement& gpu = calibration.gpu;
-  double best_bf16 = 0;
-  for (const exec::GemmTiming& t : gpu.gemms.at(core::DType::bfloat16))
-    best_bf16 = std::max(best_bf16, t.shape.flops() / t.seconds);
+  const double best_bf16 = exec::best_rate(gpu, core::DType::bfloat16);
   std::cout << fmt::format(
       "stratsim calibrate: wrote {} ({}: bfloat16 GEMMs up to {:.0f} TFLOP/s on a {}^3 grid, copies {:.0f} GB/s of "
       "{:.0f} GB/s peak, kernel floor {:.2f} us)\n",

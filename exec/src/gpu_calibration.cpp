@@ -17,9 +17,6 @@
 #include <cuda_runtime.h>
 
 #include "cublas_gemm.hpp"
-
-#include <cstring>
-#include <random>
 #endif
 
 namespace stratsim::exec {
@@ -68,13 +65,13 @@ std::string rate_table(const GpuMeasurement& gpu, core::DType dtype) {
       core::dtype_name(dtype), core::dtype_name(dtype), axis, axis, axis, values);
 }
 
+}  // namespace
+
 double best_rate(const GpuMeasurement& gpu, core::DType dtype) {
   double best = 0;
   for (const GemmTiming& t : gpu.gemms.at(dtype)) best = std::max(best, t.shape.flops() / t.seconds);
   return best;
 }
-
-}  // namespace
 
 std::string gpu_platform_yaml(const GpuCalibration& c) {
   const GpuMeasurement& gpu = c.gpu;
@@ -145,32 +142,6 @@ void check(cublasStatus_t status, const std::string& what) {
         fmt::format("{}: cuBLAS error {} ({})", what, static_cast<int>(status), cublasGetStatusString(status)));
 }
 
-// Random operands in [-1, 1): GEMMs on zeros draw less power and run faster than on real data.
-// Half-precision values are built from their bit fields (sign, an exponent for 0.25..1, random
-// mantissa), so no conversion routine is needed on the host.
-std::vector<unsigned char> random_block(core::DType dtype, std::size_t bytes) {
-  std::mt19937 generator(42);
-  std::vector<unsigned char> block(bytes);
-  if (dtype == core::DType::float32) {
-    std::uniform_real_distribution<float> value(-1, 1);
-    for (std::size_t i = 0; i + 4 <= bytes; i += 4) {
-      const float v = value(generator);
-      std::memcpy(&block[i], &v, 4);
-    }
-    return block;
-  }
-  std::uniform_int_distribution<unsigned> bits(0, 0xffff);
-  for (std::size_t i = 0; i + 2 <= bytes; i += 2) {
-    const unsigned r = bits(generator);
-    const unsigned sign = r >> 15, exponent_bit = (r >> 14) & 1;
-    const std::uint16_t v = dtype == core::DType::bfloat16
-                                ? static_cast<std::uint16_t>(sign << 15 | (125 + exponent_bit) << 7 | (r & 0x7f))
-                                : static_cast<std::uint16_t>(sign << 15 | (13 + exponent_bit) << 10 | (r & 0x3ff));
-    std::memcpy(&block[i], &v, 2);
-  }
-  return block;
-}
-
 // A captured CUDA graph and its executable instance, destroyed together.
 struct Graph {
   cudaGraph_t graph = nullptr;
@@ -232,20 +203,15 @@ class Gpu : private GpuHandles {
     }
   }
 
-  // Three operand buffers of `elements` each, filled with random values of `dtype`.
+  // Three operand buffers of `elements` each, filled with random finite values (fill_random:
+  // GEMMs on zeros draw less power and run faster than on real data).
   void prepare(core::DType dtype, std::size_t elements) {
     release();
     const std::size_t bytes = elements * static_cast<std::size_t>(core::dtype_size(dtype));
-    const std::vector<unsigned char> block = random_block(dtype, std::min<std::size_t>(bytes, 16 << 20));
     for (void*& p : operands_) {
       check(cudaMalloc(&p, bytes), fmt::format("allocating {} bytes on GPU {}", bytes, device_));
-      for (std::size_t at = 0; at < bytes; at += block.size())
-        check(cudaMemcpy(static_cast<unsigned char*>(p) + at, block.data(), std::min(block.size(), bytes - at),
-                         cudaMemcpyHostToDevice),
-              "filling GEMM operands");
+      check(detail::fill_random(p, bytes), "filling GEMM operands");
     }
-    // The fills ran on the legacy stream, which the non-blocking GEMM stream does not wait for.
-    check(cudaDeviceSynchronize(), "filling GEMM operands");
     dtype_ = dtype;
   }
 

@@ -81,6 +81,11 @@ class ProgramBuilder {
   void add_memory(std::int64_t delta, MemoryTracker::Kind kind = MemoryTracker::Kind::other) {
     memory.add(delta, kind, result.program.ops);
   }
+  // Bytes held only while the last emitted op runs (its workspace): counted in the peak, then freed.
+  void add_transient_memory(std::int64_t bytes) {
+    add_memory(bytes);
+    add_memory(-bytes);
+  }
 
  private:
   PlanContext& context_;

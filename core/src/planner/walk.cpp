@@ -271,8 +271,7 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
     const int forward = builder_.compute(fmt::format("{}.{}", label, suffix), m, phase, cost.op_class,
                                          cost.forward_flops, cost.forward_bytes, deps, OpRole::leaf);
     builder_.set_gemms(forward, cost.forward_gemms);
-    builder_.add_memory(cost.forward_workspace_bytes);  // before the extra kernels: peak_at names this op
-    builder_.add_memory(-cost.forward_workspace_bytes);
+    builder_.add_transient_memory(cost.forward_workspace_bytes);  // before the extra kernels: peak_at names this op
     emit_kernels(m, phase, cost.forward_extra);
   }
 
@@ -310,8 +309,7 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
     const int op = builder_.compute(name + ".backward", m, Phase::backward, cost.op_class, cost.backward_flops,
                                     cost.backward_bytes, now, OpRole::leaf);
     builder_.set_gemms(op, cost.backward_gemms);
-    builder_.add_memory(cost.backward_workspace_bytes);
-    builder_.add_memory(-cost.backward_workspace_bytes);
+    builder_.add_transient_memory(cost.backward_workspace_bytes);
     emit_kernels(m, Phase::backward, cost.backward_extra);
     builder_.add_memory(-cost.saved_bytes, MemoryTracker::Kind::activation);
     for (const SavedRef& tensor : saved) saved_.release(tensor);

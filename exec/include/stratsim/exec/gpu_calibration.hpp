@@ -69,6 +69,9 @@ std::vector<std::int64_t> gpu_axis(std::int64_t smallest, std::int64_t limit, in
 // cards, whose clocks and links are not the presets' SXM parts'.
 std::string gpu_preset_for(const GpuMeasurement& gpu, bool& guessed);
 
+// The best FLOP/s any shape of `dtype` reached.
+double best_rate(const GpuMeasurement& gpu, core::DType dtype);
+
 struct GpuCalibration {
   GpuMeasurement gpu;
   std::string host_name, date, command;
