@@ -102,7 +102,15 @@ PlatformSpec cpu_preset() {
   return spec;
 }
 
-PlatformSpec hardware_spec(const std::string& name) {
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// `given` as the user wrote it: matched case-insensitively, named as written when unknown (it may
+// be a path, whose case matters).
+PlatformSpec hardware_spec(const std::string& given) {
+  const std::string name = lower(given);
   if (name == "a100")
     return gpu_preset("a100", "A100-SXM4-80GB", 19.5e12, 312e12, 9.7e12, 2039 * kGB, 80 * kGiB, 300 * kGB, 25 * kGB);
   if (name == "h100")
@@ -110,12 +118,12 @@ PlatformSpec hardware_spec(const std::string& name) {
   if (name == "h200")
     return gpu_preset("h200", "H200-SXM-141GB", 67e12, 989.4e12, 34e12, 4800 * kGB, 141e9, 450 * kGB, 50 * kGB);
   if (name == "cpu") return cpu_preset();
-  throw InputError(fmt::format("unknown platform preset \"{}\" (known: a100, h100, h200, cpu)", name));
+  throw InputError(fmt::format("unknown platform preset \"{}\" (known: a100, h100, h200, cpu)", given));
 }
 
-PlatformSpec preset_spec(const std::string& name) {
-  PlatformSpec spec = hardware_spec(name);
-  spec.cost = CostModel::preset(name);
+PlatformSpec preset_spec(const std::string& given) {
+  PlatformSpec spec = hardware_spec(given);
+  spec.cost = CostModel::preset(spec.preset);
   return spec;
 }
 
@@ -281,11 +289,6 @@ std::string trim(const std::string& s) {
   return s.substr(first, s.find_last_not_of(" \t") - first + 1);
 }
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
-
 // Checks that hold across options: sizes, and the kind the node count implies.
 void finish(PlatformSpec& spec, const std::function<void(const std::string&, const std::string&)>& fail) {
   if (spec.preset == "cpu") {
@@ -317,9 +320,9 @@ void finish(PlatformSpec& spec, const std::function<void(const std::string&, con
 // "h100:nodes=4,nic=node".
 PlatformSpec parse_preset_text(const std::string& text) {
   const auto colon = text.find(':');
-  const std::string name = lower(trim(text.substr(0, colon)));
-  PlatformSpec spec = preset_spec(name);
+  PlatformSpec spec = preset_spec(trim(text.substr(0, colon)));
   spec.name = text;
+  const std::string name = spec.preset;
   const std::vector<Option>& options = options_for(name);
   if (colon == std::string::npos) {
     finish(spec, option_error);
@@ -369,14 +372,14 @@ PlatformSpec parse_description_file(const std::string& path) {
   const core::JsonReader root(document, path);
   root.expect_object();
   const core::JsonReader preset = root.at("preset");
-  const std::string name = lower(preset.as_string());
   PlatformSpec spec;
   try {
-    spec = preset_spec(name);
+    spec = preset_spec(preset.as_string());
   } catch (const InputError& error) {
     preset.fail(error.what());
   }
   spec.name = path;
+  const std::string name = spec.preset;
   const std::vector<Option>& options = options_for(name);
   for (const std::string& key : root.keys()) {
     if (key == "preset" || key == "cost_model") continue;

@@ -278,6 +278,13 @@ TEST(PlatformParse, XmlFiles) {
   EXPECT_EQ(parse_error(kData), "unknown platform preset \"" + kData + "\" (known: a100, h100, h200, cpu)");
 }
 
+// Presets match in any case; an unknown name is quoted as written (a directory's path keeps its
+// case: a checkout under /tmp/Build.X once read back as /tmp/build.x).
+TEST(PlatformParse, PresetNamesIgnoreCaseAndErrorsQuoteTheText) {
+  EXPECT_EQ(parse_platform("H100:nodes=2").preset, "h100");
+  EXPECT_EQ(parse_error("/Some/Dir/"), "unknown platform preset \"/Some/Dir/\" (known: a100, h100, h200, cpu)");
+}
+
 TEST(PlatformParse, Describe) {
   auto starts = [](const std::string& text, const std::string& prefix) {
     EXPECT_EQ(text.substr(0, prefix.size()), prefix);
