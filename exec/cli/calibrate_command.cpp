@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "stratsim/cli/command.hpp"
@@ -49,6 +50,7 @@ struct CalibrateArgs {
   std::string worker_output;
   std::vector<double> sizes;
   int repeats = 5;
+  std::vector<std::int64_t> gemm_axis;
   double interference_flops = 1e9;
 };
 
@@ -87,8 +89,10 @@ std::vector<std::string> own_executable() {
   return {std::string(exe, static_cast<std::size_t>(length))};
 }
 
-exec::SweepSpec sweep_spec(int procs, const std::vector<double>& sizes, int repeats, double interference_flops) {
+exec::SweepSpec sweep_spec(int procs, const std::vector<double>& sizes, int repeats, double interference_flops,
+                           const std::vector<std::int64_t>& gemm_axis) {
   exec::SweepSpec spec;
+  spec.gemm_axis = gemm_axis;
   spec.procs = procs;
   spec.sizes = sizes;
   spec.repeats = repeats;
@@ -98,7 +102,8 @@ exec::SweepSpec sweep_spec(int procs, const std::vector<double>& sizes, int repe
 
 // One rank of the sweep: run it, post the record; rank 0 gathers and writes the measured run.
 int run_worker(const CalibrateArgs& args, int rank, int world_size) {
-  const exec::SweepSpec spec = sweep_spec(world_size, args.sizes, args.repeats, args.interference_flops);
+  const exec::SweepSpec spec =
+      sweep_spec(world_size, args.sizes, args.repeats, args.interference_flops, args.gemm_axis);
   const core::Program program = exec::sweep_program(spec);
   const exec::Rendezvous rendezvous = exec::parse_rendezvous(env_text("STRATSIM_RDZV"), env_text("STRATSIM_RUN_ID"));
   exec::BackendOptions backend_options;
@@ -133,8 +138,8 @@ std::string number_list(const std::vector<double>& values) {
 }
 
 // Runs the sweep on `procs` processes and reads back what rank 0 measured.
-exec::SweepResult sweep(const CalibrateArgs& args, int procs, const std::vector<double>& sizes, int repeats,
-                        double interference_flops, const std::filesystem::path& scratch) {
+exec::SweepResult sweep(const CalibrateArgs& args, const exec::SweepSpec& spec, const std::filesystem::path& scratch) {
+  const int procs = spec.procs;
   const std::string result_file = (scratch / fmt::format("sweep-{}.json", procs)).string();
   exec::LaunchOptions launch;
   launch.nproc = procs;
@@ -142,13 +147,17 @@ exec::SweepResult sweep(const CalibrateArgs& args, int procs, const std::vector<
   launch.command = own_executable();
   for (const std::string& arg :
        {std::string("calibrate"), std::string("--worker-output"), result_file, std::string("--sizes"),
-        number_list(sizes), std::string("--repeats"), std::to_string(repeats), std::string("--interference-flops"),
-        fmt::format("{:.17g}", interference_flops), std::string("--timeout"), fmt::format("{:g}", args.timeout)})
+        number_list(spec.sizes), std::string("--repeats"), std::to_string(spec.repeats),
+        std::string("--interference-flops"), fmt::format("{:.17g}", spec.interference_flops), std::string("--timeout"),
+        fmt::format("{:g}", args.timeout)})
     launch.command.push_back(arg);
+  if (!spec.gemm_axis.empty()) {
+    launch.command.push_back("--gemm-axis");
+    launch.command.push_back(fmt::format("{}", fmt::join(spec.gemm_axis, ",")));
+  }
   const int status = exec::launch(launch);
   if (status != 0)
     throw std::runtime_error(fmt::format("the Gloo sweep on {} processes failed (exit {})", procs, status));
-  const exec::SweepSpec spec = sweep_spec(procs, sizes, repeats, interference_flops);
   const core::Program program = exec::sweep_program(spec);
   const nlohmann::json document = core::load_document(result_file);
   return exec::read_sweep(spec, program, core::run_result_from_json(core::JsonReader(document, result_file), &program));
@@ -211,10 +220,18 @@ int run_calibration(const CalibrateArgs& args) {
       std::filesystem::remove_all(path, ignored);
     }
   } cleanup{scratch};
+  // The GEMM grid again with every core computing: in the sweep of the most processes that each
+  // have a core (more would time-slice, which the simulator models on its own).
+  for (int p : procs)
+    if (p <= calibration.host.cores) calibration.busy_procs = std::max(calibration.busy_procs, p);
   for (std::size_t i = 0; i < procs.size(); ++i) {
     progress.show(0.5 + 0.5 * static_cast<double>(i) / sweeps, fmt::format("Gloo on {} processes", procs[i]));
-    const exec::SweepResult result = sweep(args, procs[i], sizes, repeats, interference_flops, scratch);
+    const bool grid = procs[i] == calibration.busy_procs;
+    const exec::SweepResult result =
+        sweep(args, sweep_spec(procs[i], sizes, repeats, interference_flops, grid ? axis : std::vector<std::int64_t>{}),
+              scratch);
     calibration.sweep.samples.insert(calibration.sweep.samples.end(), result.samples.begin(), result.samples.end());
+    if (grid) calibration.sweep.all_busy_gemms = result.all_busy_gemms;
     if (i == 0) {
       calibration.sweep.compute_slowdown = result.compute_slowdown;
       calibration.sweep.communication_slowdown = result.communication_slowdown;
@@ -296,6 +313,7 @@ const Register calibrate_registration("calibrate", [](CLI::App& app) {
   cmd->add_option("--sizes", args->sizes)->delimiter(',')->group("");
   cmd->add_option("--repeats", args->repeats)->group("");
   cmd->add_option("--interference-flops", args->interference_flops)->group("");
+  cmd->add_option("--gemm-axis", args->gemm_axis)->delimiter(',')->group("");
   return Subcommand{cmd, [args] { return calibrate_command(*args); }};
 });
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <map>
 #include <thread>
+#include <utility>
 
 #include "host_resources.hpp"
 #include "stratsim/core/errors.hpp"
@@ -88,25 +89,81 @@ int add_compute(core::Program& program, double flops, const std::string& name, s
   return program.add(op).id;
 }
 
+// A span of time: where ops ran.
+struct Window {
+  double from = -INFINITY, to = INFINITY;
+  bool holds(double start, double end) const { return start >= from && end <= to; }
+};
+
+// Where every recorded rank was running the ops whose names start with `prefix`: from the latest
+// first start to the earliest last end.
+Window common_window(const core::Program& program, const core::RunResult& run, const std::string& prefix) {
+  Window common;
+  for (const auto& timings : run.timings) {
+    double first = INFINITY, last = -INFINITY;
+    for (const core::ProgramOp& op : program.ops)
+      if (op.name.rfind(prefix, 0) == 0)
+        first = std::min(first, timings.at(op.id).start), last = std::max(last, timings.at(op.id).end);
+    common.from = std::max(common.from, first), common.to = std::min(common.to, last);
+  }
+  return common;
+}
+
 // Durations of the ops whose names start with `prefix`: a collective's from its measured
-// instance (last member in to last member out), a compute op's averaged over the ranks.
-std::vector<double> durations(const core::Program& program, const core::RunResult& run, const std::string& prefix) {
-  std::map<int, double> collective_time;
-  for (const core::CollectiveRun& c : run.collectives) collective_time[c.op] = c.end - c.start;
-  std::vector<double> out;
+// instance (last member in to last member out), a compute op's averaged over the ranks. Within a
+// window: only the instances, or the ranks' runs of a compute op, that lie wholly inside it (all
+// of them if none does).
+std::vector<double> durations(const core::Program& program, const core::RunResult& run, const std::string& prefix,
+                              const Window& window = {}) {
+  std::map<int, std::pair<double, double>> collective_span;
+  for (const core::CollectiveRun& c : run.collectives) collective_span[c.op] = {c.start, c.end};
+  std::vector<double> all, inside;
   for (const core::ProgramOp& op : program.ops) {
     if (op.name.rfind(prefix, 0) != 0) continue;
     if (op.type == core::OpType::collective) {
-      auto it = collective_time.find(op.id);
-      if (it == collective_time.end()) throw core::InputError(fmt::format("no measured instance of \"{}\"", op.name));
-      out.push_back(it->second);
+      auto it = collective_span.find(op.id);
+      if (it == collective_span.end()) throw core::InputError(fmt::format("no measured instance of \"{}\"", op.name));
+      const auto [start, end] = it->second;
+      all.push_back(end - start);
+      if (window.holds(start, end)) inside.push_back(end - start);
     } else {
-      std::vector<double> per_rank;
-      for (const auto& timings : run.timings) per_rank.push_back(timings.at(op.id).end - timings.at(op.id).start);
-      out.push_back(mean(per_rank));
+      std::vector<double> per_rank, per_rank_inside;
+      for (const auto& timings : run.timings) {
+        const core::OpTiming& t = timings.at(op.id);
+        per_rank.push_back(t.end - t.start);
+        if (window.holds(t.start, t.end)) per_rank_inside.push_back(t.end - t.start);
+      }
+      all.push_back(mean(per_rank));
+      if (!per_rank_inside.empty()) inside.push_back(mean(per_rank_inside));
     }
   }
-  return out;
+  return inside.empty() ? all : inside;
+}
+
+std::string grid_prefix(const core::GemmShape& shape) {
+  return fmt::format("gemm all busy {}x{}x{} #", shape.m, shape.n, shape.k);
+}
+
+std::vector<core::GemmShape> grid_shapes(const std::vector<std::int64_t>& axis) {
+  std::vector<core::GemmShape> shapes;
+  for (std::int64_t m : axis)
+    for (std::int64_t n : axis)
+      for (std::int64_t k : axis) shapes.push_back({m, n, k});
+  return shapes;
+}
+
+// The GEMM grid on every rank at once, after a small all-reduce that lines the ranks up; returns
+// the last grid op (the collectives wait for it), or -1 without a grid.
+int add_gemm_grid(core::Program& program, const SweepSpec& spec) {
+  if (spec.gemm_axis.empty()) return -1;
+  int last = add_collective(program, CollectiveKind::all_reduce, 4, "gemm grid start", {});
+  for (const core::GemmShape& shape : grid_shapes(spec.gemm_axis))
+    for (int rep = -1; rep < spec.gemm_repeats; ++rep) {
+      const std::string name = rep < 0 ? "warm-up " + grid_prefix(shape) : grid_prefix(shape) + std::to_string(rep);
+      last = add_compute(program, shape.flops(), name, {last});
+      program.ops[static_cast<std::size_t>(last)].gemms = {shape};
+    }
+  return last;
 }
 
 }  // namespace
@@ -140,11 +197,15 @@ core::Program sweep_program(const SweepSpec& spec) {
   program.world_size = spec.procs;
   program.iterations = 1;
   program.streams = {"compute", "comm"};
+  // The collectives start once the grid is done: they would slow it, and it them.
+  const int grid_done = add_gemm_grid(program, spec);
+  std::vector<int> after_grid = grid_done >= 0 ? std::vector<int>{grid_done} : std::vector<int>{};
   // Each kind and size starts with an untimed instance: the first of a size grows the buffers and
   // Gloo's scratch (allocation and first touch), which no steady-state step pays.
   for (const Swept& swept : kSwept)
     for (double bytes : spec.sizes) {
-      add_collective(program, swept.kind, bytes, "warm-up " + sweep_prefix(swept, bytes), {}, swept.dtype);
+      add_collective(program, swept.kind, bytes, "warm-up " + sweep_prefix(swept, bytes), std::exchange(after_grid, {}),
+                     swept.dtype);
       for (int rep = 0; rep < spec.repeats; ++rep)
         add_collective(program, swept.kind, bytes, sweep_prefix(swept, bytes) + std::to_string(rep), {}, swept.dtype);
     }
@@ -157,15 +218,18 @@ core::Program sweep_program(const SweepSpec& spec) {
     last = add_compute(program, spec.interference_flops, fmt::format("interference compute alone #{}", i),
                        i == 0 ? std::vector<int>{last} : std::vector<int>{});
   const int compute_done = last;
-  for (int i = 0; i < spec.interference_ops; ++i)
-    add_collective(program, CollectiveKind::all_reduce, spec.interference_bytes,
-                   fmt::format("interference comm beside compute #{}", i),
-                   i == 0 ? std::vector<int>{compute_done} : std::vector<int>{});
+  for (int i = 0; i < spec.interference_comm_ops; ++i)
+    last = add_collective(program, CollectiveKind::all_reduce, spec.interference_bytes,
+                          fmt::format("interference comm beside compute #{}", i),
+                          i == 0 ? std::vector<int>{compute_done} : std::vector<int>{});
+  const int comm_done = last;
   for (int i = 0; i < spec.interference_ops; ++i)
     add_compute(program, spec.interference_flops, fmt::format("interference compute beside comm #{}", i), {});
-  // Memory-bound ops on every rank at once (flops 0: the executor streams y += a x over the bytes).
+  // Memory-bound ops on every rank at once (flops 0: the executor streams y += a x over the bytes),
+  // once the collectives are done.
   for (int i = 0; i < spec.interference_ops; ++i) {
-    const int op = add_compute(program, 0, fmt::format("stream shared #{}", i), {});
+    const int op = add_compute(program, 0, fmt::format("stream shared #{}", i),
+                               i == 0 ? std::vector<int>{comm_done} : std::vector<int>{});
     program.ops[static_cast<std::size_t>(op)].bytes_accessed = static_cast<std::int64_t>(spec.stream_bytes);
     program.ops[static_cast<std::size_t>(op)].op_class = "elementwise";
   }
@@ -176,6 +240,8 @@ SweepResult read_sweep(const SweepSpec& spec, const core::Program& program, cons
   if (run.world_size != spec.procs || run.timings.empty())
     throw core::InputError(fmt::format("the sweep's result has {} ranks, expected {}", run.world_size, spec.procs));
   SweepResult result;
+  for (const core::GemmShape& shape : grid_shapes(spec.gemm_axis))
+    result.all_busy_gemms.push_back({shape, mean(durations(program, run, grid_prefix(shape)))});
   for (const Swept& swept : kSwept)
     for (double bytes : spec.sizes) {
       const std::string prefix = sweep_prefix(swept, bytes);
@@ -183,10 +249,14 @@ SweepResult read_sweep(const SweepSpec& spec, const core::Program& program, cons
       // and a training step's collectives add up those stalls as their mean says.
       result.samples.push_back({swept.kind, swept.dtype, spec.procs, bytes, mean(durations(program, run, prefix))});
     }
+  // Beside: only what ran wholly while the other kind ran on every rank (the collectives outlast
+  // the compute; those after it ran alone).
   const double comm_alone = mean(durations(program, run, "interference comm alone"));
-  const double comm_beside = mean(durations(program, run, "interference comm beside"));
   const double compute_alone = mean(durations(program, run, "interference compute alone"));
-  const double compute_beside = mean(durations(program, run, "interference compute beside"));
+  const Window comm_window = common_window(program, run, "interference comm beside");
+  const Window compute_window = common_window(program, run, "interference compute beside");
+  const double comm_beside = mean(durations(program, run, "interference comm beside", compute_window));
+  const double compute_beside = mean(durations(program, run, "interference compute beside", comm_window));
   if (compute_alone > 0) result.compute_slowdown = std::max(1.0, compute_beside / compute_alone);
   const double stream = mean(durations(program, run, "stream shared"));
   if (stream > 0) result.shared_memory_bytes_per_second = spec.procs * spec.stream_bytes / stream;
@@ -295,11 +365,21 @@ std::string platform_yaml(const Calibration& c) {
   for (const GemmTiming& g : host.gemms) peak = std::max(peak, g.shape.flops() / g.seconds);
   std::string axis;
   for (std::int64_t s : host.axis) axis += (axis.empty() ? "" : ", ") + std::to_string(s);
-  std::string efficiency;
-  for (std::size_t i = 0; i < host.gemms.size(); ++i) {
-    const double e = std::clamp(host.gemms[i].shape.flops() / host.gemms[i].seconds / peak, 1e-4, 1.0);
-    efficiency += fmt::format("{}{:.4f}", i == 0 ? "" : (i % host.axis.size() == 0 ? ",\n        " : ", "), e);
-  }
+  const auto efficiencies = [&](const std::vector<GemmTiming>& gemms) {
+    std::string list;
+    for (std::size_t i = 0; i < gemms.size(); ++i) {
+      const double e = std::clamp(gemms[i].shape.flops() / gemms[i].seconds / peak, 1e-4, 1.0);
+      list += fmt::format("{}{:.4f}", i == 0 ? "" : (i % host.axis.size() == 0 ? ",\n        " : ", "), e);
+    }
+    return list;
+  };
+  const std::string efficiency = efficiencies(host.gemms);
+  std::string all_busy;
+  if (!c.sweep.all_busy_gemms.empty() && c.sweep.all_busy_gemms.size() == host.gemms.size())
+    all_busy = fmt::format(
+        "        # The same shapes on every rank at once (the mean; {} processes): what SPMD ranks get.\n"
+        "        all_cores_busy: [\n        {}]\n",
+        c.busy_procs, efficiencies(c.sweep.all_busy_gemms));
   const int procs = *std::max_element(c.procs.begin(), c.procs.end());
   double fastest = INFINITY;  // seconds per byte of the fastest kind: the links' rate
   for (const auto& [kind, k] : c.network.kinds) fastest = std::min(fastest, k.beta);
@@ -366,7 +446,7 @@ cost_model:
         k: [{axis}]
         efficiency: [
         {efficiency}]
-  network:
+{all_busy}  network:
     link_efficiency: {{loopback: 1.0}}
     algorithms: {{all_reduce: ring, all_gather: ring, reduce_scatter: rhd, broadcast: direct, all_to_all: ring}}
     per_kind:
@@ -384,7 +464,8 @@ cost_model:
       fmt::arg("shared_procs", c.procs.front()), fmt::arg("shared_dram", c.sweep.shared_memory_bytes_per_second / 1e9),
       fmt::arg("gbps", 1e-9 / fastest), fmt::arg("per_kind", per_kind), fmt::arg("n_axis", host.axis.size()),
       fmt::arg("procs_list", fmt::join(c.procs, " and ")), fmt::arg("axis", axis), fmt::arg("efficiency", efficiency),
-      fmt::arg("interference_procs", c.procs.front()), fmt::arg("compute_slowdown", c.sweep.compute_slowdown),
+      fmt::arg("all_busy", all_busy), fmt::arg("interference_procs", c.procs.front()),
+      fmt::arg("compute_slowdown", c.sweep.compute_slowdown),
       fmt::arg("comm_slowdown", c.sweep.communication_slowdown));
 }
 

@@ -61,14 +61,15 @@ std::pair<std::size_t, double> locate(const std::vector<double>& axis, double x)
 
 }  // namespace
 
-double GemmTable::at(double mm, double nn, double kk) const {
+double GemmTable::at(double mm, double nn, double kk, bool all_cores_busy) const {
+  const std::vector<double>& values = all_cores_busy && !all_busy.empty() ? all_busy : efficiency;
   const auto [i, wi] = locate(m, mm);
   const auto [j, wj] = locate(n, nn);
   const auto [l, wl] = locate(k, kk);
   const std::size_t nj = n.size(), nl = k.size();
   auto value = [&](std::size_t a, std::size_t b, std::size_t c) {
     a = std::min(a, m.size() - 1), b = std::min(b, nj - 1), c = std::min(c, nl - 1);
-    return efficiency[(a * nj + b) * nl + c];
+    return values[(a * nj + b) * nl + c];
   };
   double result = 0;
   for (int da = 0; da < 2; ++da)
@@ -92,8 +93,8 @@ double ComputeModel::duration(const core::ProgramOp& op, const DeviceSpec& devic
   if (table != gemm_.end() && (peak > 0 || table->second.rates))
     for (const core::GemmShape& g : op.gemms) {
       const double flops = g.flops();
-      math += flops /
-              table->second.rate(static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k), peak);
+      math += flops / table->second.rate(static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k),
+                                         peak, device.all_cores_busy);
       other_flops -= flops;
     }
   const double class_peak = peak * e.flops_for(op.phase);
@@ -132,7 +133,7 @@ double read_tflops(const core::JsonReader& node) {
 }
 
 GemmTable read_gemm_table(const core::JsonReader& node) {
-  node.allow_only({"m", "n", "k", "efficiency", "tflops", "source"});
+  node.allow_only({"m", "n", "k", "efficiency", "tflops", "all_cores_busy", "source"});
   GemmTable table;
   table.m = read_axis(node, "m");
   table.n = read_axis(node, "n");
@@ -140,14 +141,17 @@ GemmTable read_gemm_table(const core::JsonReader& node) {
   table.rates = node.has("tflops");
   if (table.rates == node.has("efficiency"))
     node.fail("expected exactly one of efficiency (fractions of the dtype's peak) and tflops (measured rates)");
-  const core::JsonReader values = node.at(table.rates ? "tflops" : "efficiency");
-  values.expect_array();
   const std::size_t expected = table.m.size() * table.n.size() * table.k.size();
-  if (values.size() != expected)
-    values.fail(fmt::format("expected {} x {} x {} = {} values (k fastest), got {}", table.m.size(), table.n.size(),
-                            table.k.size(), expected, values.size()));
-  for (std::size_t i = 0; i < values.size(); ++i)
-    table.efficiency.push_back(table.rates ? read_tflops(values.at(i)) : read_fraction(values.at(i)));
+  const auto read_values = [&](const core::JsonReader& list, std::vector<double>& out) {
+    list.expect_array();
+    if (list.size() != expected)
+      list.fail(fmt::format("expected {} x {} x {} = {} values (k fastest), got {}", table.m.size(), table.n.size(),
+                            table.k.size(), expected, list.size()));
+    for (std::size_t i = 0; i < list.size(); ++i)
+      out.push_back(table.rates ? read_tflops(list.at(i)) : read_fraction(list.at(i)));
+  };
+  read_values(node.at(table.rates ? "tflops" : "efficiency"), table.efficiency);
+  if (node.has("all_cores_busy")) read_values(node.at("all_cores_busy"), table.all_busy);
   return table;
 }
 

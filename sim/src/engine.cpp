@@ -103,7 +103,7 @@ class Simulation {
     int collectives_in_flight = 0;  // issued and not finished: their kernels hold SMs (interference)
     bool computing = false;         // a compute op is running
     std::size_t compute_next = 0;   // position in the compute stream: the op running or waited for
-    std::vector<char> done;  // per op
+    std::vector<char> done;         // per op
     std::vector<OpTiming> timings;
     sg4::ConditionVariablePtr op_finished = sg4::ConditionVariable::create();
   };
@@ -150,7 +150,7 @@ class Simulation {
   std::map<std::pair<sg4::Host*, sg4::Host*>, double> latency_cache_;  // lookups only: pointer order is harmless
   Folding folding_;                                                    // the simulated group instances
   std::vector<std::vector<std::vector<int>>> full_;                    // per program group: every full instance's ranks
-  std::vector<int> node_local_;                        // per program group: -1 unknown, 0 or 1
+  std::vector<int> node_local_;                                        // per program group: -1 unknown, 0 or 1
   std::map<std::tuple<int, int, double, int, std::vector<int>>, Schedule> schedule_cache_;
   std::map<std::tuple<int, double, int, int>, Algorithm> algorithm_cache_;  // kind, bytes, group, full instance
   std::map<const Schedule*, const Protocol*> protocol_cache_;               // schedule_cache_ entries are stable
@@ -176,7 +176,8 @@ void Simulation::layout_ranks(RankMode mode) {
   }
   for (SimRank& rank : sim_ranks_) {
     rank.host = built_.devices[rank.ranks.front()];
-    if (auto it = options_.stragglers.find(rank.ranks.front()); it != options_.stragglers.end()) rank.slowdown = it->second;
+    if (auto it = options_.stragglers.find(rank.ranks.front()); it != options_.stragglers.end())
+      rank.slowdown = it->second;
     rank.done.assign(program_.ops.size(), 0);
     rank.timings.assign(program_.ops.size(), OpTiming{});
   }
@@ -190,7 +191,8 @@ void Simulation::measure_link_costs() {
     double latency = 0;
     a->route_to(b, links, &latency);
     double bandwidth = 0;
-    for (sg4::Link* link : links) bandwidth = bandwidth == 0 ? link->get_bandwidth() : std::min(bandwidth, link->get_bandwidth());
+    for (sg4::Link* link : links)
+      bandwidth = bandwidth == 0 ? link->get_bandwidth() : std::min(bandwidth, link->get_bandwidth());
     alpha = latency;
     beta = bandwidth > 0 ? 1.0 / bandwidth : 0;
   };
@@ -224,6 +226,8 @@ SimResult Simulation::run(RankMode mode) {
   if (platform_.kind == PlatformKind::cpu_host && platform_.host_memory_bandwidth > 0)
     device_.memory_bandwidth =
         std::min(device_.memory_bandwidth, platform_.host_memory_bandwidth / program_.world_size * host_contention_);
+  // ... and compute at the same time: GEMMs at the rates measured with every core busy.
+  device_.all_cores_busy = platform_.kind == PlatformKind::cpu_host && program_.world_size > 1;
   layout_ranks(mode);
   measure_link_costs();
   folding_ = mode == RankMode::representative && options_.fold
@@ -414,7 +418,8 @@ double Simulation::route_latency(sg4::Host* from, sg4::Host* to) {
 // both the fold planner and the engine (a folded instance runs what the full one would).
 Algorithm Simulation::algorithm_for_full(const ProgramOp& op, int full_instance) {
   if (program_.mesh.group_size(program_.groups[op.group].mesh_dims) < 2) return Algorithm::ring;  // nothing moves
-  if (auto it = options_.algorithms.find(op.kind); it != options_.algorithms.end() && it->second != Algorithm::automatic)
+  if (auto it = options_.algorithms.find(op.kind);
+      it != options_.algorithms.end() && it->second != Algorithm::automatic)
     return it->second;  // simulate() checked that the platform can run it
   if (auto it = platform_.cost.network.algorithms.find(op.kind); it != platform_.cost.network.algorithms.end())
     return it->second;  // the library's fixed choice (Gloo)
@@ -432,7 +437,8 @@ Algorithm Simulation::algorithm_for(const ProgramOp& op, int instance) {
   return algorithm_for_full(op, folding_.groups[op.group].stands_for[instance].front());
 }
 
-const Schedule& Simulation::schedule_for(const ProgramOp& op, Algorithm algorithm, const std::vector<int>& member_nodes) {
+const Schedule& Simulation::schedule_for(const ProgramOp& op, Algorithm algorithm,
+                                         const std::vector<int>& member_nodes) {
   const int full_size = folding_.groups[op.group].full_size;
   auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<int>(algorithm), static_cast<double>(op.bytes),
                              full_size, member_nodes);
@@ -617,7 +623,8 @@ SimResult Simulation::collect(RankMode mode) {
     load.utilisation = result.makespan > 0 ? bytes / (load.bandwidth * result.makespan) : 0;
     result.links.push_back(std::move(load));
   }
-  std::sort(result.links.begin(), result.links.end(), [](const LinkLoad& a, const LinkLoad& b) { return a.name < b.name; });
+  std::sort(result.links.begin(), result.links.end(),
+            [](const LinkLoad& a, const LinkLoad& b) { return a.name < b.name; });
   result.flows = flows_;
   result.folded_nodes = folding_.nodes;
   result.total_nodes = folding_.total_nodes;
@@ -630,8 +637,9 @@ SimResult Simulation::collect(RankMode mode) {
 
 void require_devices(const PlatformSpec& platform, int devices, int world_size) {
   if (devices < world_size)
-    throw core::InputError(fmt::format("platform \"{}\" has {} devices but the plan needs {} ranks (one rank per device)",
-                                       platform.name, devices, world_size));
+    throw core::InputError(
+        fmt::format("platform \"{}\" has {} devices but the plan needs {} ranks (one rank per device)", platform.name,
+                    devices, world_size));
 }
 
 RankMode effective_mode(const SimOptions& options) {

@@ -83,37 +83,88 @@ TEST(Sweep, ProgramAndReadingBack) {
   spec.repeats = 3;
   const core::Program program = exec::sweep_program(spec);
   // 6 series (4 kinds in float32, all-reduce and reduce-scatter in float16) x 2 sizes x
-  // (warm-up + 3), then interference (warm-up + 4 x 6) and 6 streaming ops.
-  EXPECT_EQ(program.ops.size(), 6u * 2 * 4 + 1 + 4 * 6 + 6);
+  // (warm-up + 3), then interference (warm-up, 6 all-reduces, 6 compute, 48 all-reduces beside
+  // 6 compute) and 6 streaming ops.
+  EXPECT_EQ(program.ops.size(), 6u * 2 * 4 + 1 + 6 + 6 + 48 + 6 + 6);
   EXPECT_EQ(program.streams, (std::vector<std::string>{"compute", "comm"}));
   // A synthetic measured run: each timed sweep instance takes (bytes + 1000) ns, compute alone
-  // 2 ms and beside the all-reduces 3 ms, all-reduces beside compute twice as long.
+  // 2 ms and beside the all-reduces 3 ms, all-reduces beside compute twice as long. Each stream
+  // runs its ops back to back from 0: the 48 all-reduces beside (2 ms each, 96 ms) outlast the six
+  // compute ops (18 ms), so only the first nine all-reduces lie inside the compute's window; the
+  // rest ran alone (1 ms here) and do not count.
   core::RunResult run;
   run.world_size = 2;
   run.recorded = {{0}, {1}};
   run.timings.assign(2, std::vector<core::OpTiming>(program.ops.size()));
+  double comm_clock = 0, compute_clock = 0;
+  bool in_beside = false;
   for (const core::ProgramOp& op : program.ops) {
     double seconds = 1e-3;
     if (op.name.rfind("sweep", 0) == 0) seconds = (static_cast<double>(op.bytes) + 1000) * 1e-9;
     if (op.name.rfind("interference compute alone", 0) == 0) seconds = 2e-3;
     if (op.name.rfind("interference compute beside", 0) == 0) seconds = 3e-3;
-    if (op.name.rfind("interference comm beside", 0) == 0) seconds = 2e-3;
+    if (op.name.rfind("interference comm beside", 0) == 0)
+      seconds = std::stoi(op.name.substr(op.name.find('#') + 1)) < 9 ? 2e-3 : 1e-3;
     if (op.name.rfind("stream shared", 0) == 0) seconds = 10e-3;
-    for (auto& timings : run.timings) timings[op.id] = {0, 0, seconds};
+    double& clock = op.type == core::OpType::collective ? comm_clock : compute_clock;
+    if (op.name.rfind("interference", 0) == 0 && op.name.find("beside") != std::string::npos) {
+      if (!in_beside) comm_clock = compute_clock = 0, in_beside = true;
+    }
+    for (auto& timings : run.timings) timings[op.id] = {clock, clock, clock + seconds};
     if (op.type == core::OpType::collective)
-      run.collectives.push_back({op.id, 0, "gloo ring", 0, 2, 0, seconds, {0, 1}});
+      run.collectives.push_back({op.id, 0, "gloo ring", 0, 2, clock, clock + seconds, {0, 1}});
+    clock += seconds;
   }
   const exec::SweepResult result = exec::read_sweep(spec, program, run);
   ASSERT_EQ(result.samples.size(), 12u);
   EXPECT_EQ(result.samples[8].dtype, core::DType::float16);
   EXPECT_EQ(result.samples[1].kind, CollectiveKind::all_reduce);
   EXPECT_DOUBLE_EQ(result.samples[1].bytes, 65536);
-  EXPECT_DOUBLE_EQ(result.samples[1].seconds, (65536 + 1000) * 1e-9);
-  EXPECT_DOUBLE_EQ(result.compute_slowdown, 1.5);
-  EXPECT_DOUBLE_EQ(result.communication_slowdown, 2.0);
+  EXPECT_NEAR(result.samples[1].seconds, (65536 + 1000) * 1e-9, 1e-15);
+  EXPECT_NEAR(result.compute_slowdown, 1.5, 1e-9);
+  EXPECT_NEAR(result.communication_slowdown, 2.0, 1e-9);  // the nine inside; all 48 would say 1.19
   EXPECT_DOUBLE_EQ(result.shared_memory_bytes_per_second, 2 * spec.stream_bytes / 10e-3);
+  EXPECT_TRUE(result.all_busy_gemms.empty());  // no axis, no grid
   run.world_size = 4;
   EXPECT_THROW(exec::read_sweep(spec, program, run), core::InputError);
+}
+
+// With an axis the sweep opens with the GEMM grid, every rank at once: lined up by a small
+// all-reduce, each shape an untimed instance then the repeats, one after another, and the first
+// collective of the sweep waits for the last GEMM. Read back: each shape's mean over repeats and ranks.
+TEST(Sweep, TheGemmGridRunsOnEveryRankBeforeTheCollectives) {
+  exec::SweepSpec spec;
+  spec.procs = 2;
+  spec.sizes = {1024};
+  spec.repeats = 1;
+  spec.gemm_axis = {32, 64};
+  spec.gemm_repeats = 2;
+  const core::Program program = exec::sweep_program(spec);
+  ASSERT_EQ(program.ops[0].name, "gemm grid start");
+  const int grid_ops = 8 * 3;  // 2^3 shapes x (warm-up + 2)
+  EXPECT_EQ(program.ops[1].name, "warm-up gemm all busy 32x32x32 #");
+  EXPECT_EQ(program.ops[2].name, "gemm all busy 32x32x32 #0");
+  EXPECT_EQ(program.ops[4].gemms, (std::vector<core::GemmShape>{{32, 32, 64}}));
+  EXPECT_EQ(program.ops[grid_ops].name, "gemm all busy 64x64x64 #1");
+  EXPECT_EQ(program.ops[grid_ops + 1].deps, (std::vector<int>{grid_ops}));  // the first collective
+  EXPECT_TRUE(program.ops[grid_ops + 2].deps.empty());
+  core::RunResult run;
+  run.world_size = 2;
+  run.recorded = {{0}, {1}};
+  run.timings.assign(2, std::vector<core::OpTiming>(program.ops.size()));
+  for (const core::ProgramOp& op : program.ops) {
+    // Rank 1 takes twice as long as rank 0; instance #1 twice as long as #0.
+    const double base = op.gemms.empty() ? 1e-3 : op.gemms[0].flops() * 1e-9;
+    const double instance = op.name.ends_with("#1") ? 2 : 1;
+    run.timings[0][op.id] = {0, 0, base * instance};
+    run.timings[1][op.id] = {0, 0, 2 * base * instance};
+    if (op.type == core::OpType::collective) run.collectives.push_back({op.id, 0, "gloo ring", 0, 2, 0, 1e-3, {0, 1}});
+  }
+  const exec::SweepResult result = exec::read_sweep(spec, program, run);
+  ASSERT_EQ(result.all_busy_gemms.size(), 8u);
+  EXPECT_EQ(result.all_busy_gemms[1].shape, (core::GemmShape{32, 32, 64}));
+  const double flops = core::GemmShape{32, 32, 64}.flops();
+  EXPECT_DOUBLE_EQ(result.all_busy_gemms[1].seconds, flops * 1e-9 * 1.5 * 1.5);  // mean of ranks x mean of repeats
 }
 
 // The command, quick: it measures this host for real, writes a platform file, and the simulator
@@ -124,8 +175,8 @@ TEST(CalibrateCli, QuickWritesAPlatformTheSimulatorTakes) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("stratsim calibrate: wrote " + platform), std::string::npos) << r.out;
   const std::string yaml = read_file(platform);
-  for (const char* field :
-       {"preset: cpu", "cores: ", "gflops: ", "host_dram_gbps: ", "per_kind:", "float32:", "compute_slowdown: "})
+  for (const char* field : {"preset: cpu", "cores: ", "gflops: ", "host_dram_gbps: ", "all_cores_busy: [",
+                            "per_kind:", "float32:", "compute_slowdown: "})
     EXPECT_NE(yaml.find(field), std::string::npos) << field;
   const CliRun sim = run_cli("simulate --quiet --model zoo:Net --plan builtin:ddp --platform " + platform, true);
   ASSERT_EQ(sim.code, 0) << sim.out;

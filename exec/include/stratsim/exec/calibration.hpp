@@ -30,7 +30,7 @@ namespace stratsim::exec {
 
 struct GemmTiming {
   core::GemmShape shape;
-  double seconds = 0;  // the best of the repetitions
+  double seconds = 0;  // one process alone: the best of the repetitions; all ranks busy: the mean
 };
 
 struct HostMeasurement {
@@ -49,6 +49,9 @@ HostMeasurement measure_host(const std::vector<std::int64_t>& axis, double min_s
 // after another on stream "comm" (float32, then float16 all-reduces and reduce-scatters, the
 // half-precision collectives of comm hooks and mixed precision); then the interference segment: all-reduces of
 // `interference_bytes` alone, compute ops of `interference_flops` alone, and both at once.
+// With a `gemm_axis`, the sweep opens with the GEMM grid over it on every rank at once
+// (`gemm_repeats` timed instances of each shape after an untimed one): the rates of SPMD ranks
+// that compute at the same time, which a small host gives less of than one process alone.
 struct SweepSpec {
   int procs = 2;
   std::vector<double> sizes;  // bytes (nccl-tests n)
@@ -56,7 +59,13 @@ struct SweepSpec {
   double interference_bytes = 4 << 20;
   double interference_flops = 1e9;
   int interference_ops = 6;
-  double stream_bytes = 128 << 20;  // memory-bound ops run on every rank at once
+  // All-reduces beside the compute: enough to outlast it (each takes a few ms here, the compute
+  // ops ~20 ms each), so the compute ops run wholly beside collectives, as the simulator prices
+  // a compute op that starts while one is in flight.
+  int interference_comm_ops = 48;
+  double stream_bytes = 128 << 20;      // memory-bound ops run on every rank at once
+  std::vector<std::int64_t> gemm_axis;  // empty: no GEMM grid
+  int gemm_repeats = 3;
 };
 core::Program sweep_program(const SweepSpec& spec);
 
@@ -75,6 +84,9 @@ struct SweepResult {
   // What every rank streaming at once reaches together: the host's DRAM bandwidth as the ranks
   // share it (one process alone reaches less than this only on a small host).
   double shared_memory_bytes_per_second = 0;
+  // The GEMM grid with every rank computing (m, n, k in axis order, k fastest; empty without a
+  // gemm_axis): each shape's mean over its instances and the ranks.
+  std::vector<GemmTiming> all_busy_gemms;
 };
 // Reads the measured run of sweep_program(spec). Throws core::InputError on a result that does
 // not belong to that program.
@@ -98,7 +110,7 @@ struct KindFit {
 struct NetworkFit {
   std::map<core::CollectiveKind, KindFit> kinds;       // float32
   std::map<core::CollectiveKind, KindFit> half_kinds;  // float16 (and bfloat16, reduced as float16)
-  double mean_abs_error = 0;  // of the fit over the samples, relative
+  double mean_abs_error = 0;                           // of the fit over the samples, relative
 };
 // Least squares on relative error per kind, coefficients kept >= 0; alpha is 0 for a kind
 // measured on one process count only (then it cannot be told from the overhead).
@@ -112,6 +124,7 @@ struct Calibration {
   SweepResult sweep;
   NetworkFit network;
   std::vector<int> procs;
+  int busy_procs = 0;  // the processes that measured sweep.all_busy_gemms
   std::string host_name, date, command;
 };
 std::string platform_yaml(const Calibration& calibration);

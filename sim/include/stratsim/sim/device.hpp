@@ -17,6 +17,9 @@ struct DeviceSpec {
   std::map<core::DType, double> peak_flops;  // dense math FLOP/s by the op's dtype
   double memory_bandwidth = 0;               // HBM (or DRAM) bytes/s
   double memory_bytes = 0;                   // device memory capacity
+  // A CPU host running several ranks: each computes while the others do, so GEMMs are priced
+  // from the tables' all-cores-busy values where a table has them (the simulator sets this).
+  bool all_cores_busy = false;
 
   // Peak for `dtype`; a dtype without its own entry falls back to float32's.
   double peak_for(core::DType dtype) const;
@@ -38,13 +41,20 @@ struct OpClassEfficiency {
 // efficiency rises with each dimension until the tiles fill the SMs, so a log scale keeps the
 // steps between measured sizes even. Rates are what `stratsim calibrate --gpu` measures: they
 // need no notion of the peak, which the published figure and the device's clocks disagree on.
+// A CPU host's table may hold the same grid measured twice: one process alone, and every core
+// computing at once (`stratsim calibrate` runs it on all ranks together); on a small VM the
+// second is up to a third slower for GEMMs whose operands leave the core's own caches.
 struct GemmTable {
   std::vector<double> m, n, k;     // ascending sizes, at least one each
   std::vector<double> efficiency;  // m.size() x n.size() x k.size() values, k fastest
-  bool rates = false;              // true: `efficiency` holds FLOP/s, not fractions of the peak
-  double at(double m, double n, double k) const;
+  std::vector<double> all_busy;    // empty, or the same grid with every core busy (same unit)
+  bool rates = false;              // true: the values are FLOP/s, not fractions of the peak
+  double at(double m, double n, double k, bool all_cores_busy = false) const;
   // FLOP/s of a GEMM of this shape on a device whose dense peak for the dtype is `peak`.
-  double rate(double m, double n, double k, double peak) const { return rates ? at(m, n, k) : peak * at(m, n, k); }
+  double rate(double m, double n, double k, double peak, bool all_cores_busy = false) const {
+    const double value = at(m, n, k, all_cores_busy);
+    return rates ? value : peak * value;
+  }
 };
 
 // Roofline per op, with a measured GEMM efficiency where the model has one for the op's shapes:
