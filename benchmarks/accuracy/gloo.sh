@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The measured half of the accuracy suite: ten plans on 2 and 4 Gloo ranks of this host, each
 # run for real (`stratsim run --compute gemm`) and simulated on the platform `stratsim calibrate`
-# wrote on the same host, compared with `stratsim compare`. Prints a Markdown table over the
-# steady iterations (after the first, which holds DDP's parameter broadcast and every buffer's
-# first use): the mean step measured and simulated; the step error as the median of the
+# wrote on the same host, compared with `stratsim compare`; each plan is run 3 times. Prints a
+# Markdown table over the steady iterations of the runs (after the first, which holds DDP's
+# parameter broadcast and every buffer's first use): the mean step measured (and the range of the
+# runs' means) and simulated; the step error as the median of the
 # per-iteration errors (a 2-vCPU VM stalls a step now and then by a scheduler tick or a noisy
 # neighbour, +30 % on one step, and the median keeps such a step from deciding the row) and as
 # the error of the means; the collective time of the steady iterations, all instances summed,
@@ -11,7 +12,8 @@
 #
 #   bash benchmarks/accuracy/gloo.sh [BUILD_DIR] [PLATFORM.yaml]
 #
-# Without PLATFORM it calibrates first (about 70 s). The model is zoo:Net:dim=1024 (four 1024 x
+# Without PLATFORM it calibrates first (about 75 s); the runs take about 4 min
+# (GLOO_ACCURACY_RUNS=1: 80 s). The model is zoo:Net:dim=1024 (four 1024 x
 # 1024 Linears) at batch 32 per rank: GEMMs of milliseconds, 16 MiB of gradients. Exit status 0
 # only when every row has its median step error within 10 % and its collective time within 20 %.
 set -euo pipefail
@@ -29,7 +31,10 @@ model=zoo:Net:dim=1024
 # Nine iterations: the first (DDP's broadcast, first use of every buffer) and eight steady ones,
 # four whole cycles of the accumulation plan.
 iterations=9
-echo "| plan | ranks | measured step | simulated step | step error (median of steps) | step error (of means) | collective time error | collectives mean \\|error\\| per op |"
+# Each plan runs `runs` times (the VM's noise moves one run by as much as the goal); the rows pool
+# their steady steps.
+runs=${GLOO_ACCURACY_RUNS:-3}
+echo "| plan | ranks | measured step (runs' range) | simulated step | step error (median of steps) | step error (of means) | collective time error | collectives mean \\|error\\| per op |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 failed=0
 for template in "$here"/gloo/*.yaml; do
@@ -37,29 +42,43 @@ for template in "$here"/gloo/*.yaml; do
   for ranks in 2 4; do
     plan=$work/$name-$ranks.yaml
     sed -e "s/__WORLD__/$ranks/" -e "s/__REPLICAS__/$((ranks / 2))/" "$template" > "$plan"
-    "$stratsim" run --quiet --model "$model" --plan "$plan" --iterations "$iterations" --json -o "$work/run.json"
     "$stratsim" simulate --quiet --model "$model" --plan "$plan" --iterations "$iterations" --platform "$platform" \
       --json -o "$work/sim.json"
-    "$stratsim" compare "$work/sim.json" "$work/run.json" --json -o "$work/cmp.json"
-    row=$(perl -MJSON::PP -MList::Util=sum -e '
+    pairs=()
+    for ((r = 1; r <= runs; r++)); do
+      "$stratsim" run --quiet --model "$model" --plan "$plan" --iterations "$iterations" --json -o "$work/run$r.json"
+      "$stratsim" compare "$work/sim.json" "$work/run$r.json" --json -o "$work/cmp$r.json"
+      pairs+=("$work/cmp$r.json" "$work/run$r.json")
+    done
+    row=$(perl -MJSON::PP -MList::Util=sum,min,max -e '
       sub load { local $/; open my $f, "<", $_[0] or die "$_[0]: $!"; decode_json(<$f>) }
-      my ($c, $sim, $run) = map { load($_) } @ARGV;
-      my @steady = grep { $_->{iteration} ne "1" } @{$c->{steps}};
-      my @errors = sort { $a <=> $b } map { $_->{predicted_s} / $_->{measured_s} - 1 } @steady;
-      my $median = @errors % 2 ? $errors[$#errors / 2] : ($errors[@errors / 2 - 1] + $errors[@errors / 2]) / 2;
-      my $m = sum(map { $_->{measured_s} } @steady) / @steady;
-      my $p = sum(map { $_->{predicted_s} } @steady) / @steady;
+      sub median { my @v = sort { $a <=> $b } @_; @v % 2 ? $v[$#v / 2] : ($v[@v / 2 - 1] + $v[@v / 2]) / 2 }
       # Collective time of the steady iterations, all instances summed: from the end of step 1 on.
-      my $steady_time = sub {
+      sub steady_collectives {
         my ($report) = @_;
         my $from = $report->{iterations}[0]{end_s};
         sum(0, map { $_->{duration_s} } grep { $_->{start_s} >= $from } @{$report->{collectives}});
-      };
-      my $collective_error = $steady_time->($sim) / $steady_time->($run) - 1;
+      }
+      my $sim = load(shift @ARGV);
+      my (@errors, @measured, @predicted, @run_means, @run_collectives, @per_op);
+      while (my ($cmp_file, $run_file) = splice(@ARGV, 0, 2)) {
+        my ($c, $run) = (load($cmp_file), load($run_file));
+        my @steady = grep { $_->{iteration} ne "1" } @{$c->{steps}};
+        push @errors, map { $_->{predicted_s} / $_->{measured_s} - 1 } @steady;
+        push @measured, map { $_->{measured_s} } @steady;
+        push @predicted, map { $_->{predicted_s} } @steady;
+        push @run_means, sum(map { $_->{measured_s} } @steady) / @steady;
+        push @run_collectives, steady_collectives($run);
+        push @per_op, $c->{mean_abs_collective_error};
+      }
+      my ($m, $p) = (sum(@measured) / @measured, sum(@predicted) / @predicted);
+      my $median = median(@errors);
+      my $collective_error = steady_collectives($sim) / (sum(@run_collectives) / @run_collectives) - 1;
       my $ok = abs($median) <= 0.10 && abs($collective_error) <= 0.20;
-      printf "%.1f ms|%.1f ms|%+.1f %%|%+.1f %%|%+.1f %%|%.1f %%|%d", 1e3 * $m, 1e3 * $p, 100 * $median,
-        100 * ($p / $m - 1), 100 * $collective_error, 100 * $c->{mean_abs_collective_error}, $ok ? 1 : 0;
-    ' "$work/cmp.json" "$work/sim.json" "$work/run.json")
+      printf "%.1f ms (%.1f-%.1f)|%.1f ms|%+.1f %%|%+.1f %%|%+.1f %%|%.1f %%|%d", 1e3 * $m, 1e3 * min(@run_means),
+        1e3 * max(@run_means), 1e3 * $p, 100 * $median, 100 * ($p / $m - 1), 100 * $collective_error,
+        100 * sum(@per_op) / @per_op, $ok ? 1 : 0;
+    ' "$work/sim.json" "${pairs[@]}")
     IFS='|' read -r measured simulated step_error mean_error coll_time coll_error ok <<< "$row"
     [[ $ok == 1 ]] || failed=$((failed + 1))
     echo "| $name | $ranks | $measured | $simulated | $step_error | $mean_error | $coll_time | $coll_error |"

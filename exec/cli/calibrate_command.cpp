@@ -236,6 +236,11 @@ int run_calibration(const CalibrateArgs& args) {
       calibration.sweep.compute_slowdown = result.compute_slowdown;
       calibration.sweep.communication_slowdown = result.communication_slowdown;
       calibration.sweep.shared_memory_bytes_per_second = result.shared_memory_bytes_per_second;
+      calibration.sweep.compute_ops_beside = result.compute_ops_beside;
+      calibration.sweep.comm_ops_beside = result.comm_ops_beside;
+      if (result.compute_ops_beside == 0 || result.comm_ops_beside == 0)
+        std::cerr << "stratsim calibrate: warning: no op ran wholly beside the other kind; the interference factors "
+                     "average every op and understate the slowdown\n";
     }
   }
   progress.show(1.0, "fitting");

@@ -112,9 +112,9 @@ Window common_window(const core::Program& program, const core::RunResult& run, c
 // Durations of the ops whose names start with `prefix`: a collective's from its measured
 // instance (last member in to last member out), a compute op's averaged over the ranks. Within a
 // window: only the instances, or the ranks' runs of a compute op, that lie wholly inside it (all
-// of them if none does).
+// of them if none does; `inside` says how many did).
 std::vector<double> durations(const core::Program& program, const core::RunResult& run, const std::string& prefix,
-                              const Window& window = {}) {
+                              const Window& window = {}, int* inside_count = nullptr) {
   std::map<int, std::pair<double, double>> collective_span;
   for (const core::CollectiveRun& c : run.collectives) collective_span[c.op] = {c.start, c.end};
   std::vector<double> all, inside;
@@ -137,6 +137,7 @@ std::vector<double> durations(const core::Program& program, const core::RunResul
       if (!per_rank_inside.empty()) inside.push_back(mean(per_rank_inside));
     }
   }
+  if (inside_count) *inside_count = static_cast<int>(inside.size());
   return inside.empty() ? all : inside;
 }
 
@@ -152,18 +153,36 @@ std::vector<core::GemmShape> grid_shapes(const std::vector<std::int64_t>& axis) 
   return shapes;
 }
 
-// The GEMM grid on every rank at once, after a small all-reduce that lines the ranks up; returns
-// the last grid op (the collectives wait for it), or -1 without a grid.
+// The GEMM grid on every rank at once, each shape after a small all-reduce that lines the ranks
+// up again (drift would leave the slower rank's last instances running alone); returns the last
+// grid op (the collectives wait for it), or -1 without a grid.
 int add_gemm_grid(core::Program& program, const SweepSpec& spec) {
   if (spec.gemm_axis.empty()) return -1;
-  int last = add_collective(program, CollectiveKind::all_reduce, 4, "gemm grid start", {});
-  for (const core::GemmShape& shape : grid_shapes(spec.gemm_axis))
+  int last = -1;
+  for (const core::GemmShape& shape : grid_shapes(spec.gemm_axis)) {
+    last = add_collective(program, CollectiveKind::all_reduce, 4,
+                          fmt::format("gemm grid line-up {}x{}x{}", shape.m, shape.n, shape.k),
+                          last < 0 ? std::vector<int>{} : std::vector<int>{last});
     for (int rep = -1; rep < spec.gemm_repeats; ++rep) {
       const std::string name = rep < 0 ? "warm-up " + grid_prefix(shape) : grid_prefix(shape) + std::to_string(rep);
       last = add_compute(program, shape.flops(), name, {last});
       program.ops[static_cast<std::size_t>(last)].gemms = {shape};
     }
+  }
   return last;
+}
+
+// The median of every rank's run of the ops named `prefix`: a preemption in one instance of a
+// microsecond GEMM would decide a mean.
+double median_over_ranks(const core::Program& program, const core::RunResult& run, const std::string& prefix) {
+  std::vector<double> seconds;
+  for (const core::ProgramOp& op : program.ops)
+    if (op.name.rfind(prefix, 0) == 0)
+      for (const auto& timings : run.timings) seconds.push_back(timings.at(op.id).end - timings.at(op.id).start);
+  if (seconds.empty()) return 0;
+  std::sort(seconds.begin(), seconds.end());
+  const std::size_t half = seconds.size() / 2;
+  return seconds.size() % 2 ? seconds[half] : (seconds[half - 1] + seconds[half]) / 2;
 }
 
 }  // namespace
@@ -241,7 +260,7 @@ SweepResult read_sweep(const SweepSpec& spec, const core::Program& program, cons
     throw core::InputError(fmt::format("the sweep's result has {} ranks, expected {}", run.world_size, spec.procs));
   SweepResult result;
   for (const core::GemmShape& shape : grid_shapes(spec.gemm_axis))
-    result.all_busy_gemms.push_back({shape, mean(durations(program, run, grid_prefix(shape)))});
+    result.all_busy_gemms.push_back({shape, median_over_ranks(program, run, grid_prefix(shape))});
   for (const Swept& swept : kSwept)
     for (double bytes : spec.sizes) {
       const std::string prefix = sweep_prefix(swept, bytes);
@@ -255,8 +274,10 @@ SweepResult read_sweep(const SweepSpec& spec, const core::Program& program, cons
   const double compute_alone = mean(durations(program, run, "interference compute alone"));
   const Window comm_window = common_window(program, run, "interference comm beside");
   const Window compute_window = common_window(program, run, "interference compute beside");
-  const double comm_beside = mean(durations(program, run, "interference comm beside", compute_window));
-  const double compute_beside = mean(durations(program, run, "interference compute beside", comm_window));
+  const double comm_beside =
+      mean(durations(program, run, "interference comm beside", compute_window, &result.comm_ops_beside));
+  const double compute_beside =
+      mean(durations(program, run, "interference compute beside", comm_window, &result.compute_ops_beside));
   if (compute_alone > 0) result.compute_slowdown = std::max(1.0, compute_beside / compute_alone);
   const double stream = mean(durations(program, run, "stream shared"));
   if (stream > 0) result.shared_memory_bytes_per_second = spec.procs * spec.stream_bytes / stream;
@@ -375,9 +396,12 @@ std::string platform_yaml(const Calibration& c) {
   };
   const std::string efficiency = efficiencies(host.gemms);
   std::string all_busy;
-  if (!c.sweep.all_busy_gemms.empty() && c.sweep.all_busy_gemms.size() == host.gemms.size())
+  const bool same_grid = c.sweep.all_busy_gemms.size() == host.gemms.size() &&
+                         std::equal(host.gemms.begin(), host.gemms.end(), c.sweep.all_busy_gemms.begin(),
+                                    [](const GemmTiming& a, const GemmTiming& b) { return a.shape == b.shape; });
+  if (!c.sweep.all_busy_gemms.empty() && same_grid)
     all_busy = fmt::format(
-        "        # The same shapes on every rank at once (the mean; {} processes): what SPMD ranks get.\n"
+        "        # The same shapes on {} processes at once (the median): what SPMD ranks get.\n"
         "        all_cores_busy: [\n        {}]\n",
         c.busy_procs, efficiencies(c.sweep.all_busy_gemms));
   const int procs = *std::max_element(c.procs.begin(), c.procs.end());
@@ -453,7 +477,9 @@ cost_model:
 {per_kind}
   interference:
     # Compute beside all-reduces (Gloo's transport threads take cores), and all-reduces beside
-    # compute, against each alone; measured on {interference_procs} processes.
+    # compute, against each alone; measured on {interference_procs} processes, from the ops that ran
+    # wholly beside the other kind on every rank: {compute_beside} compute ops, {comm_beside} all-reduces
+    # (0: none did, and the factor averages every op, diluted by those that ran alone).
     compute_slowdown: {compute_slowdown:.3f}
     communication_slowdown: {comm_slowdown:.3f}
 )",
@@ -465,8 +491,8 @@ cost_model:
       fmt::arg("gbps", 1e-9 / fastest), fmt::arg("per_kind", per_kind), fmt::arg("n_axis", host.axis.size()),
       fmt::arg("procs_list", fmt::join(c.procs, " and ")), fmt::arg("axis", axis), fmt::arg("efficiency", efficiency),
       fmt::arg("all_busy", all_busy), fmt::arg("interference_procs", c.procs.front()),
-      fmt::arg("compute_slowdown", c.sweep.compute_slowdown),
-      fmt::arg("comm_slowdown", c.sweep.communication_slowdown));
+      fmt::arg("compute_slowdown", c.sweep.compute_slowdown), fmt::arg("compute_beside", c.sweep.compute_ops_beside),
+      fmt::arg("comm_beside", c.sweep.comm_ops_beside), fmt::arg("comm_slowdown", c.sweep.communication_slowdown));
 }
 
 }  // namespace stratsim::exec

@@ -30,7 +30,7 @@ namespace stratsim::exec {
 
 struct GemmTiming {
   core::GemmShape shape;
-  double seconds = 0;  // one process alone: the best of the repetitions; all ranks busy: the mean
+  double seconds = 0;  // one process alone: the best of the repetitions; all ranks busy: the median
 };
 
 struct HostMeasurement {
@@ -50,8 +50,10 @@ HostMeasurement measure_host(const std::vector<std::int64_t>& axis, double min_s
 // half-precision collectives of comm hooks and mixed precision); then the interference segment: all-reduces of
 // `interference_bytes` alone, compute ops of `interference_flops` alone, and both at once.
 // With a `gemm_axis`, the sweep opens with the GEMM grid over it on every rank at once
-// (`gemm_repeats` timed instances of each shape after an untimed one): the rates of SPMD ranks
-// that compute at the same time, which a small host gives less of than one process alone.
+// (`gemm_repeats` timed instances of each shape after an untimed one, each shape after a 4-byte
+// all-reduce that lines the ranks up): the rates of SPMD ranks that compute at the same time,
+// which a small host gives less of than one process alone. The executor allocates every shape's
+// operands before it starts: about 355 MB per process for the default grid (32 to 2048).
 struct SweepSpec {
   int procs = 2;
   std::vector<double> sizes;  // bytes (nccl-tests n)
@@ -65,7 +67,7 @@ struct SweepSpec {
   int interference_comm_ops = 48;
   double stream_bytes = 128 << 20;      // memory-bound ops run on every rank at once
   std::vector<std::int64_t> gemm_axis;  // empty: no GEMM grid
-  int gemm_repeats = 3;
+  int gemm_repeats = 5;
 };
 core::Program sweep_program(const SweepSpec& spec);
 
@@ -81,11 +83,14 @@ struct SweepResult {
   std::vector<CollectiveSample> samples;
   double compute_slowdown = 1;        // compute beside all-reduces / compute alone (>= 1)
   double communication_slowdown = 1;  // all-reduces beside compute / alone (>= 1)
+  // The ops the factors come from: those wholly beside the other kind on every rank (0: none
+  // was, and the factor averages them all).
+  int compute_ops_beside = 0, comm_ops_beside = 0;
   // What every rank streaming at once reaches together: the host's DRAM bandwidth as the ranks
   // share it (one process alone reaches less than this only on a small host).
   double shared_memory_bytes_per_second = 0;
   // The GEMM grid with every rank computing (m, n, k in axis order, k fastest; empty without a
-  // gemm_axis): each shape's mean over its instances and the ranks.
+  // gemm_axis): each shape's median over its instances and the ranks.
   std::vector<GemmTiming> all_busy_gemms;
 };
 // Reads the measured run of sweep_program(spec). Throws core::InputError on a result that does
