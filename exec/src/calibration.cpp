@@ -402,8 +402,9 @@ std::string platform_yaml(const Calibration& c) {
   if (!c.sweep.all_busy_gemms.empty() && same_grid)
     all_busy = fmt::format(
         "        # The same shapes on {} processes at once (the median): what SPMD ranks get.\n"
-        "        all_cores_busy: [\n        {}]\n",
-        c.busy_procs, efficiencies(c.sweep.all_busy_gemms));
+        "        all_cores_busy: [\n        {}]\n"
+        "        all_cores_busy_ranks: {}\n",
+        c.busy_procs, efficiencies(c.sweep.all_busy_gemms), c.busy_procs);
   const int procs = *std::max_element(c.procs.begin(), c.procs.end());
   double fastest = INFINITY;  // seconds per byte of the fastest kind: the links' rate
   for (const auto& [kind, k] : c.network.kinds) fastest = std::min(fastest, k.beta);

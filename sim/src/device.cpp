@@ -61,8 +61,9 @@ std::pair<std::size_t, double> locate(const std::vector<double>& axis, double x)
 
 }  // namespace
 
-double GemmTable::at(double mm, double nn, double kk, bool all_cores_busy) const {
-  const std::vector<double>& values = all_cores_busy && !all_busy.empty() ? all_busy : efficiency;
+double GemmTable::at(double mm, double nn, double kk, int ranks_computing) const {
+  const bool busy = !all_busy.empty() && ranks_computing >= all_busy_ranks;
+  const std::vector<double>& values = busy ? all_busy : efficiency;
   const auto [i, wi] = locate(m, mm);
   const auto [j, wj] = locate(n, nn);
   const auto [l, wl] = locate(k, kk);
@@ -94,7 +95,7 @@ double ComputeModel::duration(const core::ProgramOp& op, const DeviceSpec& devic
     for (const core::GemmShape& g : op.gemms) {
       const double flops = g.flops();
       math += flops / table->second.rate(static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k),
-                                         peak, device.all_cores_busy);
+                                         peak, device.ranks_computing);
       other_flops -= flops;
     }
   const double class_peak = peak * e.flops_for(op.phase);
@@ -133,7 +134,7 @@ double read_tflops(const core::JsonReader& node) {
 }
 
 GemmTable read_gemm_table(const core::JsonReader& node) {
-  node.allow_only({"m", "n", "k", "efficiency", "tflops", "all_cores_busy", "source"});
+  node.allow_only({"m", "n", "k", "efficiency", "tflops", "all_cores_busy", "all_cores_busy_ranks", "source"});
   GemmTable table;
   table.m = read_axis(node, "m");
   table.n = read_axis(node, "n");
@@ -152,6 +153,14 @@ GemmTable read_gemm_table(const core::JsonReader& node) {
   };
   read_values(node.at(table.rates ? "tflops" : "efficiency"), table.efficiency);
   if (node.has("all_cores_busy")) read_values(node.at("all_cores_busy"), table.all_busy);
+  if (node.has("all_cores_busy_ranks")) {
+    const core::JsonReader ranks = node.at("all_cores_busy_ranks");
+    if (!node.has("all_cores_busy")) ranks.fail("expected all_cores_busy, the values these ranks measured");
+    const std::int64_t count = ranks.as_int();
+    if (count < 2 || count > 65536)
+      ranks.fail(fmt::format("expected 2 to 65536 ranks computing at once, got {}", count));
+    table.all_busy_ranks = static_cast<int>(count);
+  }
   return table;
 }
 

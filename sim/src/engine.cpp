@@ -226,8 +226,8 @@ SimResult Simulation::run(RankMode mode) {
   if (platform_.kind == PlatformKind::cpu_host && platform_.host_memory_bandwidth > 0)
     device_.memory_bandwidth =
         std::min(device_.memory_bandwidth, platform_.host_memory_bandwidth / program_.world_size * host_contention_);
-  // ... and compute at the same time: GEMMs at the rates measured with every core busy.
-  device_.all_cores_busy = platform_.kind == PlatformKind::cpu_host && program_.world_size > 1;
+  // ... and compute at the same time: GEMMs at the rates measured with the ranks busy.
+  device_.ranks_computing = platform_.kind == PlatformKind::cpu_host ? program_.world_size : 1;
   layout_ranks(mode);
   measure_link_costs();
   folding_ = mode == RankMode::representative && options_.fold

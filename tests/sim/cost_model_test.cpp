@@ -100,6 +100,10 @@ TEST(CostModelFile, ErrorsNameFileAndField) {
       apply_error("bad_gemm_busy.yaml"),
       kData +
           "bad_gemm_busy.yaml: compute.gemm.float32.all_cores_busy: expected 2 x 1 x 1 = 2 values (k fastest), got 1");
+  EXPECT_EQ(apply_error("bad_gemm_busy_ranks.yaml"),
+            kData +
+                "bad_gemm_busy_ranks.yaml: compute.gemm.float32.all_cores_busy_ranks: expected 2 to 65536 ranks "
+                "computing at once, got 1");
   EXPECT_EQ(apply_error("bad_gemm_both.yaml"),
             kData +
                 "bad_gemm_both.yaml: compute.gemm.bfloat16: expected exactly one of efficiency (fractions of the "
@@ -191,22 +195,28 @@ TEST(ComputeModel, RateTablesNeedNoPeak) {
   EXPECT_NEAR(model.compute.duration(op, device), expected, 1e-15);
 }
 
-// A CPU host's ranks compute at the same time: a run of more than one rank prices its GEMMs from
-// the all-cores-busy values (here 0.5 of the peak at 32 rows against 0.8 alone), a one-rank run
-// from the main ones; a GPU platform never uses them.
+// A CPU host's ranks compute at the same time: a run of as many ranks as measured the
+// all-cores-busy values (2 unless the table says) prices its GEMMs from them (here 0.5 of the
+// peak at 32 rows against 0.8 alone), a smaller run from the main ones; a GPU platform never
+// uses them.
 TEST(ComputeModel, CpuRanksComputingTogetherUseTheAllBusyTable) {
-  const auto gemm_seconds = [](int world, const std::string& platform) {
+  const auto gemm_seconds = [](int world, const std::string& platform,
+                               const std::string& table = "gemm_all_busy.yaml") {
     core::Program program = empty_program({world}, {"world"});
     const int gemm = add_compute(program, 2.0 * 32 * 1024 * 1024);
     program.ops[gemm].gemms = {{32, 1024, 1024}};
     sim::PlatformSpec spec = sim::parse_platform(platform);
-    spec.cost.apply_file(kData + "gemm_all_busy.yaml");
+    spec.cost.apply_file(kData + table);
     return sim::simulate(program, spec).timings[0][gemm].end;
   };
   const double flops = 2.0 * 32 * 1024 * 1024;
   EXPECT_NEAR(gemm_seconds(2, "cpu:procs=2,cores=2,model=ideal,gflops=100"), flops / (0.5 * 100e9), 1e-12);
   EXPECT_NEAR(gemm_seconds(1, "cpu:procs=1,cores=2,model=ideal,gflops=100"), flops / (0.8 * 100e9), 1e-12);
   EXPECT_NEAR(gemm_seconds(2, "h100:gpus=2,model=ideal,tflops_fp32=0.1"), flops / (0.8 * 100e9), 1e-12);
+  // Measured by 4 ranks: 2 ranks price alone; 4 on 2 cores price busy, time-sliced 2x on top.
+  const std::string four = "gemm_all_busy_4.yaml";
+  EXPECT_NEAR(gemm_seconds(2, "cpu:procs=2,cores=2,model=ideal,gflops=100", four), flops / (0.8 * 100e9), 1e-12);
+  EXPECT_NEAR(gemm_seconds(4, "cpu:procs=4,cores=2,model=ideal,gflops=100", four), 2 * flops / (0.5 * 100e9), 1e-12);
 }
 
 TEST(Protocols, TheTunerPicksTheFastestAllowed) {

@@ -17,9 +17,10 @@ struct DeviceSpec {
   std::map<core::DType, double> peak_flops;  // dense math FLOP/s by the op's dtype
   double memory_bandwidth = 0;               // HBM (or DRAM) bytes/s
   double memory_bytes = 0;                   // device memory capacity
-  // A CPU host running several ranks: each computes while the others do, so GEMMs are priced
-  // from the tables' all-cores-busy values where a table has them (the simulator sets this).
-  bool all_cores_busy = false;
+  // Ranks computing at the same time on this device's host (a CPU host's SPMD processes; 1
+  // elsewhere): from as many as a table's all-cores-busy values were measured with, GEMMs are
+  // priced from those (the simulator sets this).
+  int ranks_computing = 1;
 
   // Peak for `dtype`; a dtype without its own entry falls back to float32's.
   double peak_for(core::DType dtype) const;
@@ -41,18 +42,20 @@ struct OpClassEfficiency {
 // efficiency rises with each dimension until the tiles fill the SMs, so a log scale keeps the
 // steps between measured sizes even. Rates are what `stratsim calibrate --gpu` measures: they
 // need no notion of the peak, which the published figure and the device's clocks disagree on.
-// A CPU host's table may hold the same grid measured twice: one process alone, and every core
-// computing at once (`stratsim calibrate` runs it on all ranks together); on a small VM the
-// second is up to a third slower for GEMMs whose operands leave the core's own caches.
+// A CPU host's table may hold the same grid measured twice: one process alone, and
+// `all_busy_ranks` processes computing at once, a core each (`stratsim calibrate` runs it on all
+// ranks together); on a small VM the second is up to a third slower for GEMMs whose operands
+// leave the core's own caches.
 struct GemmTable {
   std::vector<double> m, n, k;     // ascending sizes, at least one each
   std::vector<double> efficiency;  // m.size() x n.size() x k.size() values, k fastest
-  std::vector<double> all_busy;    // empty, or the same grid with every core busy (same unit)
+  std::vector<double> all_busy;    // empty, or the same grid with ranks computing at once (same unit)
+  int all_busy_ranks = 2;          // how many: runs of at least this many ranks use all_busy
   bool rates = false;              // true: the values are FLOP/s, not fractions of the peak
-  double at(double m, double n, double k, bool all_cores_busy = false) const;
+  double at(double m, double n, double k, int ranks_computing = 1) const;
   // FLOP/s of a GEMM of this shape on a device whose dense peak for the dtype is `peak`.
-  double rate(double m, double n, double k, double peak, bool all_cores_busy = false) const {
-    const double value = at(m, n, k, all_cores_busy);
+  double rate(double m, double n, double k, double peak, int ranks_computing = 1) const {
+    const double value = at(m, n, k, ranks_computing);
     return rates ? value : peak * value;
   }
 };
