@@ -102,7 +102,7 @@ Window common_window(const core::Program& program, const core::RunResult& run, c
   for (const auto& timings : run.timings) {
     double first = INFINITY, last = -INFINITY;
     for (const core::ProgramOp& op : program.ops)
-      if (op.name.rfind(prefix, 0) == 0)
+      if (op.name.starts_with(prefix))
         first = std::min(first, timings.at(op.id).start), last = std::max(last, timings.at(op.id).end);
     common.from = std::max(common.from, first), common.to = std::min(common.to, last);
   }
@@ -119,7 +119,7 @@ std::vector<double> durations(const core::Program& program, const core::RunResul
   for (const core::CollectiveRun& c : run.collectives) collective_span[c.op] = {c.start, c.end};
   std::vector<double> all, inside;
   for (const core::ProgramOp& op : program.ops) {
-    if (op.name.rfind(prefix, 0) != 0) continue;
+    if (!op.name.starts_with(prefix)) continue;
     if (op.type == core::OpType::collective) {
       auto it = collective_span.find(op.id);
       if (it == collective_span.end()) throw core::InputError(fmt::format("no measured instance of \"{}\"", op.name));
@@ -177,7 +177,7 @@ int add_gemm_grid(core::Program& program, const SweepSpec& spec) {
 double median_over_ranks(const core::Program& program, const core::RunResult& run, const std::string& prefix) {
   std::vector<double> seconds;
   for (const core::ProgramOp& op : program.ops)
-    if (op.name.rfind(prefix, 0) == 0)
+    if (op.name.starts_with(prefix))
       for (const auto& timings : run.timings) seconds.push_back(timings.at(op.id).end - timings.at(op.id).start);
   if (seconds.empty()) return 0;
   std::sort(seconds.begin(), seconds.end());
@@ -195,18 +195,14 @@ HostMeasurement measure_host(const std::vector<std::int64_t>& axis, double min_s
   auto resources = detail::make_host_resources();
   host.gemm_flops_per_second = resources->calibrate();
   host.memory_bytes_per_second = resources->memory_bandwidth();
-  const int total = static_cast<int>(axis.size() * axis.size() * axis.size());
-  int done = 0;
-  for (std::int64_t m : axis)
-    for (std::int64_t n : axis)
-      for (std::int64_t k : axis) {
-        // A fresh resource per shape: its operands are freed before the next, so a grid of large
-        // shapes never holds them all.
-        auto shape_resources = detail::make_host_resources();
-        const core::GemmShape shape{m, n, k};
-        host.gemms.push_back({shape, time_gemm(*shape_resources, shape, min_seconds_per_shape)});
-        if (progress) progress(++done, total);
-      }
+  const std::vector<core::GemmShape> shapes = grid_shapes(axis);
+  for (const core::GemmShape& shape : shapes) {
+    // A fresh resource per shape: its operands are freed before the next, so a grid of large
+    // shapes never holds them all (the busy grid of the sweep does: the executor prepares them all).
+    auto shape_resources = detail::make_host_resources();
+    host.gemms.push_back({shape, time_gemm(*shape_resources, shape, min_seconds_per_shape)});
+    if (progress) progress(static_cast<int>(host.gemms.size()), static_cast<int>(shapes.size()));
+  }
   return host;
 }
 
