@@ -7,8 +7,8 @@
 # Here: nccl-tests busbw on one 8-GPU node of each GPU preset against published runs
 # (nccl-tests.yaml), and torchtitan's published Llama 3.1 8B FSDP throughput and memory on 8 H100s
 # (torchtitan/: printed with its error; a known miss of issue 14 that does not fail the run), and
-# Llama 3.1 8B with 2 to 8 layers trained by PyTorch on one H100 (gpu/measured/, recorded by
-# gpu/llama_step.py; no network: the compute and memory model alone). The measured half, ten plans on this host's Gloo ranks against the platform
+# Llama 3.1 8B with 2 to 8 layers trained by PyTorch on one H100 and one H200 (gpu/measured/ and
+# gpu/measured/h200/, recorded by gpu/measure.sh; no network: the compute and memory model alone). The measured half, ten plans on this host's Gloo ranks against the platform
 # `stratsim calibrate` writes, is gloo.sh (noisy and slower: run it on a quiet box). Exit status 0
 # only if every comparison holds its tolerance.
 set -euo pipefail
@@ -43,48 +43,54 @@ for policy in none selective_op full; do
     printf "| %s | %.0f | %+.1f %% | %.1f GiB | %+.1f %% |\n", p, gpu, (gpu / 5762 - 1) * 100, gib, (gib / 82.4 - 1) * 100 }'
 done
 
-# One H100, measured (gpu/measured/*.json, PyTorch 2.11, FSDP2 at world size 1): each run's
-# median step and peak allocated memory beside the h100 preset's prediction for the same model
-# and plan. Memory within 5 % or the run fails; step time is printed with its error, a known miss
-# of issue 14 (FSDP2's copy and cast kernels, about 10 % of the step, are not modelled yet).
-echo
-echo "## Llama 3.1 8B layers on one H100 (measured with PyTorch 2.11: $here/gpu/measured/)"
-echo
-echo "| layers | AC | norm | measured step | simulated | error | measured peak | simulated | error |"
-echo "|---:|---|---|---:|---:|---:|---:|---:|---:|"
+# One GPU, measured (gpu/measured/*.json on an H100, gpu/measured/h200/*.json on an H200; PyTorch
+# 2.11, FSDP2 at world size 1; gpu/measure.sh records them all): each run's median step and peak
+# allocated memory beside the preset's prediction for the same model and plan. Memory within 5 %
+# or the run fails; step time is printed with its error, a known miss of issue 14 (FSDP2's copy
+# and cast kernels, about 10 % of the step, are not modelled yet).
 status=0
 plan=$(mktemp --suffix=.yaml)
 trap 'rm -f "$plan"' EXIT
-for run in "$here"/gpu/measured/llama*.json; do
-  field() { grep -o "\"$1\": *[^,}]*" "$run" | head -1 | sed 's/.*: *//; s/"//g'; }
-  layers=$(field layers) ac=$(field ac) norm=$(field norm) batch=$(field batch) seq=$(field seq)
-  dim=$(field dim) heads=$(field n_heads) kv_heads=$(field n_kv_heads) ffn=$(field ffn) vocab=$(field vocab)
-  for value in "$layers" "$ac" "$norm" "$batch" "$seq" "$dim" "$heads" "$kv_heads" "$ffn" "$vocab"; do
-    [[ -n $value ]] || { echo "run.sh: $run: a config field is missing" >&2; exit 2; }
-  done
-  { echo "world_size: 1"; echo "batch_size: $batch"; echo "optimizer: {type: adamw}"; echo "steps:"
-    for ((i = 0; i < layers; i++)); do
-      case $ac in
-        full) echo "  - checkpoint: {module: layers.$i}" ;;
-        selective_op) echo "  - checkpoint: {module: layers.$i, policy: selective_op}" ;;
-      esac
+measured_on_one_gpu() { # DIR PRESET GPU
+  local dir=$1 preset=$2 gpu=$3 run
+  echo
+  echo "## Llama 3.1 8B layers on one $gpu (measured with PyTorch 2.11: $dir/), simulated on \`$preset:gpus=1\`"
+  echo
+  echo "| layers | AC | norm | measured step | simulated | error | measured peak | simulated | error |"
+  echo "|---:|---|---|---:|---:|---:|---:|---:|---:|"
+  for run in "$dir"/llama*.json; do
+    field() { grep -o "\"$1\": *[^,}]*" "$run" | head -1 | sed 's/.*: *//; s/"//g'; }
+    layers=$(field layers) ac=$(field ac) norm=$(field norm) batch=$(field batch) seq=$(field seq)
+    dim=$(field dim) heads=$(field n_heads) kv_heads=$(field n_kv_heads) ffn=$(field ffn) vocab=$(field vocab)
+    for value in "$layers" "$ac" "$norm" "$batch" "$seq" "$dim" "$heads" "$kv_heads" "$ffn" "$vocab"; do
+      [[ -n $value ]] || { echo "run.sh: $run: a config field is missing" >&2; exit 2; }
     done
-    echo '  - fully_shard: {module: "", strategy: FULL_SHARD, policy: {module_types: [TransformerBlock]}, mixed_precision: {param_dtype: bfloat16, reduce_dtype: float32}}'
-  } >"$plan"
-  model="zoo:gpt:layers=$layers,hidden=$dim,heads=$heads,kv_heads=$kv_heads,ffn=$ffn,vocab=$vocab,seq=$seq,norm=$norm"
-  tps=$("$build/stratsim" simulate --quiet --model "$model" --plan "$plan" --iterations 2 --platform h100:gpus=1 --json |
-    grep -o '"tokens_per_s": *[0-9.e+]*' | tail -1 | sed 's/.*: *//')
-  peak=$("$build/stratsim" plan --model "$model" --plan "$plan" --iterations 2 --json |
-    grep -o '"peak": *[0-9]*' | tail -1 | sed 's/.*: *//')
-  awk -v l="$layers" -v a="$ac" -v n="$norm" -v t="$tps" -v m="$peak" -v step="$(field median_step_s)" -v tokens=$((batch * seq)) \
-    -v real="$(field peak_allocated_bytes)" 'BEGIN {
-    sim = tokens / t; te = (sim / step - 1) * 100; me = (m / real - 1) * 100
-    printf "| %d | %s | %s | %.1f ms | %.1f ms | %+.1f %% | %.1f GiB | %.1f GiB | %+.1f %% |\n", l, a, n, step * 1e3, sim * 1e3, te,
-      real / 1073741824, m / 1073741824, me
-    exit (me > 5 || me < -5) }' || status=1
-done
+    { echo "world_size: 1"; echo "batch_size: $batch"; echo "optimizer: {type: adamw}"; echo "steps:"
+      for ((i = 0; i < layers; i++)); do
+        case $ac in
+          full) echo "  - checkpoint: {module: layers.$i}" ;;
+          selective_op) echo "  - checkpoint: {module: layers.$i, policy: selective_op}" ;;
+        esac
+      done
+      echo '  - fully_shard: {module: "", strategy: FULL_SHARD, policy: {module_types: [TransformerBlock]}, mixed_precision: {param_dtype: bfloat16, reduce_dtype: float32}}'
+    } >"$plan"
+    model="zoo:gpt:layers=$layers,hidden=$dim,heads=$heads,kv_heads=$kv_heads,ffn=$ffn,vocab=$vocab,seq=$seq,norm=$norm"
+    tps=$("$build/stratsim" simulate --quiet --model "$model" --plan "$plan" --iterations 2 --platform "$preset:gpus=1" --json |
+      grep -o '"tokens_per_s": *[0-9.e+]*' | tail -1 | sed 's/.*: *//')
+    peak=$("$build/stratsim" plan --model "$model" --plan "$plan" --iterations 2 --json |
+      grep -o '"peak": *[0-9]*' | tail -1 | sed 's/.*: *//')
+    awk -v l="$layers" -v a="$ac" -v n="$norm" -v t="$tps" -v m="$peak" -v step="$(field median_step_s)" -v tokens=$((batch * seq)) \
+      -v real="$(field peak_allocated_bytes)" 'BEGIN {
+      sim = tokens / t; te = (sim / step - 1) * 100; me = (m / real - 1) * 100
+      printf "| %d | %s | %s | %.1f ms | %.1f ms | %+.1f %% | %.1f GiB | %.1f GiB | %+.1f %% |\n", l, a, n, step * 1e3, sim * 1e3, te,
+        real / 1073741824, m / 1073741824, me
+      exit (me > 5 || me < -5) }' || status=1
+  done
+}
+measured_on_one_gpu "$here/gpu/measured" h100 H100
+measured_on_one_gpu "$here/gpu/measured/h200" h200 H200
 echo
-echo "Step time: every run simulates 11-16 % fast; the profiles (gpu/measured/*.json, \"profile\") show"
-echo "FSDP2's parameter casts, copy-in/copy-out and chunk_cat at about 38 ms of a 380 ms step, work"
-echo "the FSDP1 plan the simulator runs does not have. Memory: the peak is the loss's backward."
+echo "Step time: every run simulates fast; the profiles (\"profile\" in each JSON) show FSDP2's"
+echo "parameter casts, copy-in/copy-out and chunk_cat at about 38 ms of a 380 ms step on the H100,"
+echo "work the FSDP1 plan the simulator runs does not have. Memory: the peak is the loss's backward."
 exit $status

@@ -47,7 +47,9 @@ constexpr long long kMaxLeaves = 4096;
 //  - H200: "NVIDIA H200 Tensor Core GPU" datasheet, SXM column: same math as H100 SXM, HBM3e
 //    4.8 TB/s, 141 GB, NVLink 900 GB/s; NDR 400 Gb/s NICs (DGX H200).
 // float32 is the plain FP32 (CUDA core) rate, not TF32; float64 likewise the non-tensor rate.
-// The "80 GB" parts are taken as 80 GiB, about what nvidia-smi reports; H200 at its datasheet 141e9.
+// The "80 GB" parts are taken as 80 GiB, about what nvidia-smi reports. The H200 "141 GB" holds
+// 150,109,880,320 bytes as CUDA reports it (cudaGetDeviceProperties on an H200 SXM, 2026-11-26):
+// what PyTorch can allocate from, 139.8 GiB.
 // Latencies are estimates: PyTorch's copy of NCCL's tuning model (simulators.md section 5) uses
 // 0.6 us hardware latency for NVLink, so 0.3 us per GPU-switch link (a route crosses two); a NIC
 // link 1.25 us (HCA + PCIe + cable); NVIDIA Quantum QM8700 switches quote 130 ns port to port
@@ -116,7 +118,8 @@ PlatformSpec hardware_spec(const std::string& given) {
   if (name == "h100")
     return gpu_preset("h100", "H100-SXM5-80GB", 67e12, 989.4e12, 34e12, 3350 * kGB, 80 * kGiB, 450 * kGB, 50 * kGB);
   if (name == "h200")
-    return gpu_preset("h200", "H200-SXM-141GB", 67e12, 989.4e12, 34e12, 4800 * kGB, 141e9, 450 * kGB, 50 * kGB);
+    return gpu_preset("h200", "H200-SXM-141GB", 67e12, 989.4e12, 34e12, 4800 * kGB, 150109880320.0, 450 * kGB,
+                      50 * kGB);
   if (name == "cpu") return cpu_preset();
   throw InputError(fmt::format("unknown platform preset \"{}\" (known: a100, h100, h200, cpu)", given));
 }

@@ -145,7 +145,7 @@ TEST(PlatformParse, PresetsHaveDatasheetFigures) {
 
   const PlatformSpec h200 = parse_platform("h200");
   EXPECT_DOUBLE_EQ(h200.device.memory_bandwidth, 4.8e12);
-  EXPECT_DOUBLE_EQ(h200.device.memory_bytes, 141e9);
+  EXPECT_DOUBLE_EQ(h200.device.memory_bytes, 150109880320.0);  // what CUDA reports on an H200 SXM
   EXPECT_DOUBLE_EQ(h200.device.peak_for(DType::bfloat16), 989.4e12);
 
   const PlatformSpec cpu = parse_platform("cpu");

@@ -90,6 +90,37 @@ TEST(Streams, IndependentCollectiveRunsBesideCompute) {
   EXPECT_NEAR(result.makespan, 1.0, 1e-9);
 }
 
+// A group of one moves nothing, but an out-of-place collective still fills its own buffer: NCCL
+// copies the send buffer into the receive buffer (one device-to-device copy), so an all-gather, a
+// reduce-scatter and an all-to-all read and write their bytes at the device's streaming rate. An
+// all-reduce or a broadcast runs in place and costs only the launch. No communication kernel
+// holds the SMs, so compute beside the copy is not slowed by interference.
+TEST(OneRankGroups, OutOfPlaceKindsCopyTheirBufferInPlaceKindsOnlyLaunch) {
+  const double bytes = 1e9, overhead = 5e-6, hbm = 1e12;
+  core::Program program = empty_program({1}, {"world"});
+  std::vector<int> ops;
+  for (CollectiveKind kind : {CollectiveKind::all_gather, CollectiveKind::reduce_scatter, CollectiveKind::all_to_all,
+                              CollectiveKind::all_reduce, CollectiveKind::broadcast})
+    ops.push_back(
+        add_collective(program, kind, bytes, {0}, ops.empty() ? std::vector<int>{} : std::vector{ops.back()}));
+  const int first = add_compute(program, 1e9);           // 1 ms at 1 TFLOP/s
+  const int gemm = add_compute(program, 1e12, {first});  // starts during the all-gather's copy
+  sim::PlatformSpec platform = uniform_star(1);
+  platform.collective_overhead = overhead;
+  platform.device.memory_bandwidth = hbm;
+  platform.cost.interference.compute_slowdown = 1.5;
+  const sim::SimResult result = sim::simulate(program, platform);
+  const double copy = 2 * bytes / hbm;  // read and write: 2 ms
+  EXPECT_NEAR(duration(result, ops[0]), overhead + copy, 1e-12);
+  EXPECT_NEAR(duration(result, ops[1]), overhead + copy, 1e-12);
+  EXPECT_NEAR(duration(result, ops[2]), overhead + copy, 1e-12);
+  EXPECT_NEAR(duration(result, ops[3]), overhead, 1e-12);
+  EXPECT_NEAR(duration(result, ops[4]), overhead, 1e-12);
+  ASSERT_LT(result.timings[0][gemm].start, result.timings[0][ops[0]].end);
+  EXPECT_NEAR(result.timings[0][gemm].end, 1.001, 1e-9);
+  for (const sim::CollectiveRun& run : result.collectives) EXPECT_EQ(run.group_size, 1);
+}
+
 core::Program planned(const std::string& model, const std::string& plan, int iterations = 2) {
   core::PlanOptions options;
   options.iterations = iterations;
