@@ -564,6 +564,26 @@ def device_kernel_records(prof, on_cuda: bool):
     return out
 
 
+def gemm_shapes(prof, nsteps: int) -> list:
+    """Kernel time per step of every matmul shape (m, n, k) the step ran, from the profiler's
+    aten::mm / aten::addmm events grouped by input shape (self time: the kernels an op launched
+    itself, so a selective-AC dispatch wrapper does not count them twice)."""
+    rows = []
+    for e in prof.key_averages(group_by_input_shape=True):
+        if e.key not in ("aten::mm", "aten::addmm"):
+            continue
+        matrices = [s for s in e.input_shapes if len(s) == 2]
+        if len(matrices) < 2:
+            continue
+        (m, k), (_, n) = matrices[-2], matrices[-1]
+        us = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+        if us <= 0:
+            continue
+        rows.append({"m": m, "n": n, "k": k, "calls_per_step": e.count / nsteps, "us_per_step": us / nsteps,
+                     "tflops": 2.0 * m * n * k * e.count / (us * 1e-6) / 1e12})
+    return sorted(rows, key=lambda r: -r["us_per_step"])
+
+
 def summarize_profile(records, nsteps: int, on_cuda: bool, step_wall_s) -> dict:
     by_class = defaultdict(lambda: [0.0, 0])
     by_name = defaultdict(lambda: [0.0, 0])
@@ -809,11 +829,16 @@ def main(argv=None):
         kw = {}
         if "acc_events" in inspect.signature(torch_profile).parameters:
             kw["acc_events"] = True
-        with torch_profile(activities=activities, **kw) as prof:
+        with torch_profile(activities=activities, record_shapes=on_cuda, **kw) as prof:
             for _ in range(nprof):
                 dt, _, _ = train_step()
                 prof_s.append(dt)
         profile = summarize_profile(device_kernel_records(prof, on_cuda), nprof, on_cuda, prof_s)
+        if on_cuda:
+            try:  # the profiler's event API moves between releases: keep the run if it does
+                profile["gemm_shapes"] = gemm_shapes(prof, nprof)
+            except Exception as err:  # noqa: BLE001
+                profile["gemm_shapes_error"] = repr(err)
     gc.enable()
 
     tokens_per_step = a.batch * a.seq

@@ -7,9 +7,11 @@ accumulation, as training runs them) so the table's interpolated rate can be com
 PyTorch reaches. Not a dependency: run once on a GPU, its JSON committed beside it.
 
     python3 benchmarks/accuracy/gpu/torch_gemms.py --out torch_gemms.json
+    python3 benchmarks/accuracy/gpu/torch_gemms.py --cool-s 0.5 --out torch_gemms_cool.json
 """
 import argparse
 import json
+import time
 
 import torch
 
@@ -24,10 +26,22 @@ LINEARS = {
 }
 
 
-def timed(fn, repeats=20):
-    """Mean GPU seconds per call over `repeats` back-to-back calls, after three warm-ups."""
+def timed(fn, repeats=20, cool_s=0.0):
+    """Mean GPU seconds per call over `repeats` back-to-back calls, after three warm-ups. With
+    `cool_s`, the GPU idles that long first and the result is the fastest single call of
+    `repeats`: the rate at the clock an idle GPU starts from, before the power cap pulls it down."""
     for _ in range(3):
         fn()
+    if cool_s > 0:
+        torch.cuda.synchronize()
+        time.sleep(cool_s)
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+        for start, stop in events:
+            start.record()
+            fn()
+            stop.record()
+        torch.cuda.synchronize()
+        return min(start.elapsed_time(stop) for start, stop in events) / 1e3
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(repeats):
@@ -40,6 +54,8 @@ def timed(fn, repeats=20):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
+    parser.add_argument("--cool-s", type=float, default=0.0,
+                        help="idle this long before each shape and report its fastest of 3 calls")
     args = parser.parse_args()
     rows = []
     for name, (t, out_f, in_f) in LINEARS.items():
@@ -54,7 +70,7 @@ def main():
             ("grad_input", (t, in_f, out_f), lambda: g @ w),
             ("grad_weight", (out_f, in_f, t), lambda: g.t() @ x),
         ):
-            seconds = timed(fn)
+            seconds = timed(fn, 3, args.cool_s) if args.cool_s > 0 else timed(fn)
             rows.append({"linear": name, "kind": kind, "m": shape[0], "n": shape[1], "k": shape[2],
                          "seconds": seconds, "tflops": flops / seconds / 1e12})
             print(f"{name:8} {kind:12} {shape!s:24} {flops / seconds / 1e12:7.1f} TFLOP/s")
@@ -62,7 +78,8 @@ def main():
         torch.cuda.empty_cache()
     props = torch.cuda.get_device_properties(0)
     with open(args.out, "w") as f:
-        json.dump({"gpu": props.name, "torch": torch.__version__, "cuda": torch.version.cuda, "rows": rows}, f, indent=1)
+        json.dump({"gpu": props.name, "torch": torch.__version__, "cuda": torch.version.cuda, "cool_s": args.cool_s,
+                   "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
