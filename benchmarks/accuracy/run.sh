@@ -58,6 +58,7 @@ measured_on_one_gpu() { # DIR PRESET GPU
   echo
   echo "| layers | AC | norm | measured step | simulated | error | measured peak | simulated | error |"
   echo "|---:|---|---|---:|---:|---:|---:|---:|---:|"
+  # llama<layers>_<ac>[_eager_norm].json: one training run each (other measurements sit beside them)
   for run in "$dir"/llama*.json; do
     field() { grep -o "\"$1\": *[^,}]*" "$run" | head -1 | sed 's/.*: *//; s/"//g'; }
     layers=$(field layers) ac=$(field ac) norm=$(field norm) batch=$(field batch) seq=$(field seq)

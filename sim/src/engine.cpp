@@ -529,14 +529,17 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
   slot.finished->notify_all();
 }
 
-// A group of one moves nothing over the network, but the collective still produces its output:
-// NCCL (ncclLaunchOneRank) copies the send buffer into a distinct receive buffer with one
-// device-to-device cudaMemcpyAsync, and Gloo copies the local input into the output. All-gather,
-// reduce-scatter and all-to-all always write a buffer of their own (FSDP gathers a shard into the
-// unsharded parameter, scatters the full gradient into a new shard), so they pay a read and a
-// write of the buffer at the rate streaming kernels reach; all-reduce and broadcast run in place
-// (DDP's buckets, FSDP's NO_SHARD gradients) and cost only the launch. Measured on one H100 and
-// one H200: 0.4-4.2 GB gathers and scatters took 0.2-4.3 ms, where the launch alone priced 5 us.
+// A group of one moves nothing over the network, but an out-of-place collective still fills its
+// own output: NCCL (ncclLaunchOneRank) copies the send buffer into a distinct receive buffer with
+// one device-to-device cudaMemcpyAsync (nothing when the two alias), and Gloo copies the local
+// input into the output. The program's all-gathers, reduce-scatters and all-to-alls are out of
+// place as stratsim's executor and DTensor's functional collectives issue them, so they pay a read
+// and a write of the buffer at the rate streaming kernels reach; all-reduce and broadcast run in
+// place (DDP's buckets, NO_SHARD gradients) and cost only the launch. (PyTorch's FSDP2 gathers in
+// place, and copies where it would reduce-scatter, at world size 1; FSDP1 switches to NO_SHARD
+// there. Neither is planned yet: issue 11.) Measured with `stratsim run` on one H100 and one H200:
+// 0.44-4.2 GB gathers and scatters took 0.22-5.3 ms beside compute, 1.3-1.5x the price of the copy
+// alone at the median; priced at their 5 us launch before.
 double Simulation::one_rank_copy_seconds(const ProgramOp& op) const {
   using core::CollectiveKind;
   if (op.kind != CollectiveKind::all_gather && op.kind != CollectiveKind::reduce_scatter &&

@@ -212,24 +212,28 @@ TEST(OpGraph, CrossEntropySavesFloat32LogProbabilities) {
   EXPECT_EQ(result.memory.activations, t * 8 * 2 + t * 100 * 4 + t * 8);
 }
 
-// log_softmax over a vocabulary row too wide for shared memory reads it three times and writes it
-// once, each way; the cast to float32 and back, and NLL's one-hot gradient, add theirs.
-TEST(OpGraph, CrossEntropyTrafficIsFourSoftmaxPassesPlusTheCasts) {
-  const std::int64_t vocab = 1000, t = 2, n = t * vocab;
-  json doc = {
-      {"name", "Head"},
-      {"dtype", "bfloat16"},
-      {"modules", {linear("lm", 8, vocab), {{"name", "loss"}, {"type", "CrossEntropyLoss"}, {"functional", true}}}}};
-  const PlanResult result = run_plan(model_from_json(doc), kLocal, 0, 1);
-  const auto find = [&](const std::string& name) {
-    const auto& ops = result.program.ops;
-    const auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& op) { return op.name == name; });
-    EXPECT_NE(it, ops.end()) << name;
-    return it == ops.end() ? std::int64_t{-1} : it->bytes_accessed;
-  };
-  const std::int64_t cast = n * (2 + 4);
-  EXPECT_EQ(find("loss.forward"), cast + 4 * n * 4);
-  EXPECT_EQ(find("loss.backward"), n * 4 + 4 * n * 4 + cast);
+// log_softmax reads a row once where it fits a block's shared memory (under 12,256 float32) and
+// three times where it does not, then writes it; backward reads the gradient and the output once,
+// or the gradient twice more. The cast to float32 and back, and NLL's one-hot gradient, add theirs.
+TEST(OpGraph, CrossEntropyTrafficFollowsTheSoftmaxKernelsPasses) {
+  for (const std::int64_t vocab : {1000, 12255, 12256, 128256}) {
+    const std::int64_t t = 2, n = t * vocab;
+    json doc = {
+        {"name", "Head"},
+        {"dtype", "bfloat16"},
+        {"modules", {linear("lm", 8, vocab), {{"name", "loss"}, {"type", "CrossEntropyLoss"}, {"functional", true}}}}};
+    const PlanResult result = run_plan(model_from_json(doc), kLocal, 0, 1);
+    const auto bytes_of = [&](const std::string& name) {
+      const auto& ops = result.program.ops;
+      const auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& op) { return op.name == name; });
+      EXPECT_NE(it, ops.end()) << name;
+      return it == ops.end() ? std::int64_t{-1} : it->bytes_accessed;
+    };
+    const bool fits = vocab < 12256;
+    const std::int64_t cast = n * (2 + 4);
+    EXPECT_EQ(bytes_of("loss.forward"), cast + (fits ? 2 : 4) * n * 4) << vocab;
+    EXPECT_EQ(bytes_of("loss.backward"), n * 4 + (fits ? 3 : 4) * n * 4 + cast) << vocab;
+  }
 }
 
 // The loss's temporaries over the vocabulary (t x V float32 twice in backward: NLL's gradient and

@@ -10,7 +10,11 @@
 #                                    FSDP at world size 1, bf16 params, selective AC, 3 iterations
 #   OUTDIR/llama4_selective_op.json  PyTorch (FSDP2 at world size 1) on the same model: gpu/llama_step.py
 #   OUTDIR/torch_gemms.json          PyTorch's matmuls at the Linears' shapes: gpu/torch_gemms.py
-#   OUTDIR/llama4_none.json, llama4_full.json, llama8_selective_op.json
+#   OUTDIR/torch_gemms_cool.json     the same, each after 0.5 s idle (the clock before the power cap)
+#   OUTDIR/llama4_none.json, llama4_full.json, llama8_selective_op.json, llama2_selective_op.json,
+#   OUTDIR/llama4_selective_op_eager_norm.json   the rest of run.sh's table
+#
+# A device lease returns at most 8 files: `tar -C OUTDIR -czf $OUT/gpu.tgz .` when all are wanted.
 #
 # Needs a CUDA GPU, a stratsim built with NCCL, and a python3 with PyTorch (not a dependency of
 # stratsim: the measurements are committed under gpu/measured/<gpu>/). Prints the GPU, its clocks
@@ -47,13 +51,19 @@ step calibrate "$stratsim" calibrate --gpu -o "$out/calibrated.yaml"
 step "stratsim run" "$stratsim" run --backend nccl --nproc 1 --compute gemm --model "$model" --plan "$plan" \
   --iterations 3 --quiet --json -o "$out/stratsim-run-nccl-llama4.json"
 rm -f "$plan"
-llama() { # LAYERS AC
-  step "llama_step $1 $2" python3 "$here/llama_step.py" --layers "$1" --ac "$2" --profile \
-    --out "$out/llama$1_$2.json"
+llama() { # LAYERS AC [SUFFIX ARGS...]
+  local layers=$1 ac=$2 suffix=${3:-}
+  shift 2
+  (($# > 0)) && shift
+  step "llama_step $layers $ac$suffix" python3 "$here/llama_step.py" --layers "$layers" --ac "$ac" --profile "$@" \
+    --out "$out/llama${layers}_$ac$suffix.json"
 }
 llama 4 selective_op
 step torch_gemms python3 "$here/torch_gemms.py" --out "$out/torch_gemms.json"
+step "torch_gemms cool" python3 "$here/torch_gemms.py" --cool-s 0.5 --out "$out/torch_gemms_cool.json"
 llama 4 none
 llama 4 full
 llama 8 selective_op
+llama 2 selective_op
+llama 4 selective_op _eager_norm --norm eager
 nvidia-smi --query-gpu=temperature.gpu,power.draw,clocks.sm,clocks.mem --format=csv

@@ -77,12 +77,14 @@ void attention_cost(LeafCost& cost, const Module& m, const Activation& q, std::i
 
 // F.cross_entropy(logits.float(), labels) as torchtitan calls it: the cast to float32, log_softmax,
 // NLL; backward writes the one-hot gradient, runs log_softmax's backward and casts back. Saves the
-// float32 log-probabilities. A vocabulary row (128,256 float32 = 501 KiB) does not fit in one
-// block's shared memory, so PyTorch's softmax kernels take the path that reads the row from memory
-// on every pass (cunn_SoftMaxForward rather than cunn_SoftMaxForwardSmem): forward reads it for the
-// max, again for the sum of exponentials and again to write the result; backward reads the gradient
-// for its sum, then the gradient and the output to write. Four passes of t x V x 4 bytes each way:
-// on one H100 and one H200 the two kernels ran at 0.94-1.01 of each GPU's copy rate counted so
+// float32 log-probabilities. How often log_softmax touches a row depends on whether the row fits
+// a block's 48 KiB of shared memory (PyTorch's SoftMax.cu): up to 12,256 float32 it is read once
+// (forward: a read and a write; backward: the gradient and the output read, the result written).
+// A vocabulary row (128,256 float32 = 501 KiB) does not fit, so the kernels read it from memory on
+// every pass (cunn_SoftMaxForward, not cunn_SoftMaxForwardSmem): forward reads it for the max, for
+// the sum of exponentials and to write the result; backward reads the gradient for its sum, then
+// the gradient and the output to write. Four passes of t x V x 4 bytes each way: on one H100 and
+// one H200 the two kernels ran at 0.94-1.01 of each GPU's copy rate counted so
 // (benchmarks/accuracy/gpu/measured/, "profile").
 // Its temporaries are the largest of a language model's step (t x vocab): forward holds the logits
 // and their float32 copy while log_softmax writes; backward holds NLL's float32 gradient while
@@ -96,9 +98,11 @@ void cross_entropy_cost(LeafCost& cost, const Activation& logits) {
   cost.op_class = "elementwise";
   cost.forward_flops = 4.0 * static_cast<double>(n);
   cost.backward_flops = 3.0 * static_cast<double>(n);
-  constexpr std::int64_t softmax_passes = 4;  // three reads and a write of t x V float32
-  cost.forward_bytes = cast + softmax_passes * n * 4;
-  cost.backward_bytes = n * 4 + softmax_passes * n * 4 + cast;
+  constexpr std::int64_t shared_memory_row = (48 * 1024 - 128) / 4;  // float32 a block holds, less its scratch
+  const bool row_fits = logits.features() < shared_memory_row;
+  const std::int64_t forward_passes = row_fits ? 2 : 4, backward_passes = row_fits ? 3 : 4;
+  cost.forward_bytes = cast + forward_passes * n * 4;
+  cost.backward_bytes = n * 4 + backward_passes * n * 4 + cast;
   cost.saved_bytes = n * 4 + logits.tokens() * 8;  // log-probabilities, labels
   // Forward: the logits, their float32 copy and the log-probabilities being written (saved once
   // the op ends, so counted here until then).
