@@ -60,7 +60,7 @@ measured_on_one_gpu() { # DIR PRESET GPU
   echo "|---:|---|---|---:|---:|---:|---:|---:|---:|"
   # llama<layers>_<ac>[_eager_norm].json: one training run each (other measurements sit beside them)
   for run in "$dir"/llama*.json; do
-    field() { grep -o "\"$1\": *[^,}]*" "$run" | head -1 | sed 's/.*: *//; s/"//g'; }
+    field() { { grep -o "\"$1\": *[^,}]*" "$run" || true; } | head -1 | sed 's/.*: *//; s/"//g'; }
     layers=$(field layers) ac=$(field ac) norm=$(field norm) batch=$(field batch) seq=$(field seq)
     dim=$(field dim) heads=$(field n_heads) kv_heads=$(field n_kv_heads) ffn=$(field ffn) vocab=$(field vocab)
     for value in "$layers" "$ac" "$norm" "$batch" "$seq" "$dim" "$heads" "$kv_heads" "$ffn" "$vocab"; do
