@@ -48,7 +48,8 @@ TEST(CostModelPresets, EveryPresetLoadsWithItsSources) {
     ASSERT_EQ(model.compute.gemm_tables().count(core::DType::bfloat16), 1u);
     const sim::GemmTable& table = model.compute.gemm_tables().at(core::DType::bfloat16);
     EXPECT_EQ(table.efficiency.size(), table.m.size() * table.n.size() * table.k.size());
-    // float16 runs kernels like bfloat16's: the derived tables alias it; measured (h100), 8 % apart at 8192^3.
+    // float16 runs kernels like bfloat16's: the derived (a100) table aliases it; measured (h100, h200), 8 % apart at
+    // 8192^3.
     const sim::GemmTable& half = model.compute.gemm_tables().at(core::DType::float16);
     EXPECT_EQ(half.rates, table.rates);
     EXPECT_NEAR(half.at(8192, 8192, 8192) / table.at(8192, 8192, 8192), 1, 0.1);
@@ -66,6 +67,14 @@ TEST(CostModelPresets, EveryPresetLoadsWithItsSources) {
   EXPECT_TRUE(h100.rates);
   EXPECT_NEAR(h100.at(16384, 16384, 16384), 688.0e12, 1e9);
   EXPECT_NEAR(*std::max_element(h100.efficiency.begin(), h100.efficiency.end()), 859.8e12, 1e11);
+  // H200 measured (benchmarks/accuracy/gpu/measured/h200/calibrated.yaml): 657.8 at 16384^3, 654.4 at
+  // 16384 x 4096 x 4096 (PyTorch reached 800 there: the grid point's kernel), 827.7 at best.
+  const CostModel h200_model = CostModel::preset("h200");
+  const sim::GemmTable& h200 = h200_model.compute.gemm_tables().at(core::DType::bfloat16);
+  EXPECT_TRUE(h200.rates);
+  EXPECT_NEAR(h200.at(16384, 16384, 16384), 657.8e12, 1e9);
+  EXPECT_NEAR(h200.at(16384, 4096, 4096), 654.4e12, 1e9);
+  EXPECT_NEAR(*std::max_element(h200.efficiency.begin(), h200.efficiency.end()), 827.7e12, 1e11);
   EXPECT_NEAR(CostModel::preset("a100").compute.gemm_tables().at(core::DType::bfloat16).at(16384, 16384, 16384),
               267.9 / 312, 1e-3);
   EXPECT_THROW(CostModel::preset("tpu"), InputError);
