@@ -61,3 +61,35 @@ TEST(TensorParallel, UnevenReduceScatterAndAllGatherArePaddedLikeDTensor) {
     EXPECT_EQ(op.output_bytes, 24) << op.name;
   }
 }
+
+// DTensor's Shard(i) -> Shard(j): one all-to-all from PyTorch 2.4 (the custom op
+// _dtensor.shard_dim_alltoall, PR #124872, which CommDebugMode counts under that name); in 2.3 an
+// all-gather of the shard (all_gather_tensor) and a local chunk along the new dim. net1's Colwise
+// output Shard(1) -> Shard(0) and net2's Rowwise input Shard(0) -> Shard(1) each move once per
+// direction: SimpleModel, batch 4, net1 = Linear(5, 8) on tp = 2, fp32: the [4, 4] shard is 64 B.
+TEST(TensorParallel, ShardToShardIsOneAllToAllFrom24AndAnAllGatherBefore) {
+  const Model model = load_model("zoo:SimpleModel");
+  for (const char* version : {"2.4", "2.3"}) {
+    SCOPED_TRACE(version);
+    const auto doc = parse_document(std::string(R"J({"world_size": 2, "mesh": {"shape": [2], "dim_names": ["tp"]},
+      "batch_size": 4, "iterations": 1, "torch_version": ")J") +
+                                        version + R"J(",
+      "steps": [{"parallelize_module": {"module": "", "mesh_dim": "tp", "plan": {
+        "net1": {"style": "colwise", "output_layouts": "Shard(0)"},
+        "net2": {"style": "rowwise", "input_layouts": "Shard(0)"}}}}]})J",
+                                    "tp.json", false);
+    const PlanResult result = plan_training(model, parse_plan(JsonReader(doc, "tp.json")));
+    const bool alltoall = std::string(version) == "2.4";
+    int moves = 0;
+    for (const ProgramOp& op : result.program.ops) {
+      if (op.type != OpType::collective || !op.from.is_shard() || !op.to.is_shard()) continue;
+      ++moves;
+      EXPECT_EQ(op.comm_key, alltoall ? "_dtensor.shard_dim_alltoall" : "c10d_functional.all_gather_into_tensor")
+          << op.name;
+      EXPECT_EQ(op.kind, alltoall ? CollectiveKind::all_to_all : CollectiveKind::all_gather) << op.name;
+      EXPECT_EQ(op.input_bytes, 4 * 4 * 4) << op.name;
+      EXPECT_EQ(op.output_bytes, alltoall ? 4 * 4 * 4 : 2 * 4 * 4 * 4) << op.name;
+    }
+    EXPECT_EQ(moves, 4);  // net1's output and its gradient, net2's input and its gradient
+  }
+}

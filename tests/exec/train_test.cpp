@@ -254,6 +254,25 @@ TEST(TrainTensorParallel, OutputLayoutsAndReplicatedInputs) {
   expect_parity(outcome);
 }
 
+TEST(TrainTensorParallel, ShardToShardByAllToAllAndByAllGatherBefore24) {
+  // Colwise output Shard(1) -> Shard(0), Rowwise input Shard(0) -> Shard(1): one all-to-all per move
+  // from PyTorch 2.4, an all-gather and a local chunk in 2.3. Both must train like local training.
+  for (const char* version : {"2.4", "2.3"}) {
+    SCOPED_TRACE(version);
+    const std::string plan = std::string(R"J({"world_size": 2, "batch_size": 4, "iterations": 2,
+        "input_requires_grad": true, "torch_version": ")J") +
+                             version + R"J(", "mesh": {"shape": [2], "dim_names": ["tp"]},
+        "steps": [{"parallelize_module": {"module": "", "mesh_dim": "tp",
+                   "plan": {"net1": {"style": "colwise", "output_layouts": "Shard(0)"},
+                            "net2": {"style": "rowwise", "input_layouts": "Shard(0)"}}}}]})J";
+    const Outcome outcome = train_spec("zoo:SimpleModel", plan);
+    expect_parity(outcome);
+    const auto& counts = outcome.summary.collectives;
+    if (std::string(version) == "2.4") EXPECT_EQ(counts.at("_dtensor.shard_dim_alltoall"), 8);  // 4 per iteration
+    else EXPECT_EQ(counts.count("_dtensor.shard_dim_alltoall"), 0u);
+  }
+}
+
 // ---- compress hooks: 16-bit gradients, within those dtypes' tolerance
 
 TEST(TrainReplicate, CompressHooksWithinTheirTolerance) {

@@ -300,9 +300,16 @@ int TensorParallel::redistribute(RedistributeOp op, const Activation& tensor, Op
       spec.bytes = local;
       break;
     case RedistributeOp::all_to_all:
-      spec.kind = CollectiveKind::all_to_all;
-      spec.key = "c10d_functional.all_to_all_single";
-      spec.bytes = padded;
+      if (context_.plan.torch_version.shard_dim_alltoall()) {
+        spec.kind = CollectiveKind::all_to_all;
+        spec.key = "_dtensor.shard_dim_alltoall";
+        spec.bytes = padded;
+      } else {  // all-gather the shard, keep this rank's chunk along the new dim
+        spec.kind = CollectiveKind::all_gather;
+        spec.key = "c10d_functional.all_gather_into_tensor";
+        spec.bytes = spec.output_bytes = local * size;
+        spec.input_bytes = local;
+      }
       break;
   }
   ProgramOp& emitted = builder_.result.program.ops[builder_.collective(std::move(spec))];

@@ -20,6 +20,10 @@ struct TorchVersion {
   int major = 2, minor = 4;
   // PR #121640 (2.5+): an explicit bucket_cap_mb also caps the first rebuilt bucket.
   bool explicit_cap_sets_first_bucket() const { return major > 2 || (major == 2 && minor >= 5); }
+  // PR #124872 (2.4+): DTensor's Shard(i) -> Shard(j) is one all-to-all (the custom op
+  // _dtensor.shard_dim_alltoall, which CommDebugMode counts under that name); before, an
+  // all-gather of the shard and a local chunk along the new dim.
+  bool shard_dim_alltoall() const { return major > 2 || (major == 2 && minor >= 4); }
   std::string str() const;
 };
 
@@ -27,8 +31,8 @@ enum class CommHook { none, allreduce, fp16_compress, bf16_compress };
 
 struct ReplicateStep {
   std::string module;
-  std::vector<std::string> mesh_dims;  // empty: the whole world
-  std::optional<double> bucket_cap_mb; // unset: PyTorch's default (25)
+  std::vector<std::string> mesh_dims;   // empty: the whole world
+  std::optional<double> bucket_cap_mb;  // unset: PyTorch's default (25)
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   bool static_graph = false;
@@ -45,7 +49,7 @@ struct FullyShardStep {
   std::string module;
   std::vector<std::string> mesh_dims;  // 1 dim, or 2 (replicate, shard) for hybrid strategies
   ShardingStrategy strategy = ShardingStrategy::full_shard;
-  std::vector<std::string> wrap_module_types;  // ModuleWrapPolicy
+  std::vector<std::string> wrap_module_types;       // ModuleWrapPolicy
   std::optional<std::int64_t> wrap_min_num_params;  // size_based_auto_wrap_policy
   std::optional<DType> param_dtype, reduce_dtype, buffer_dtype;
   bool cpu_offload = false;
@@ -85,8 +89,7 @@ struct DistributeModuleStep {
   bool output_to_local = true;
 };
 
-using PlanStepBody =
-    std::variant<ReplicateStep, FullyShardStep, CheckpointStep, ParallelizeStep, DistributeModuleStep>;
+using PlanStepBody = std::variant<ReplicateStep, FullyShardStep, CheckpointStep, ParallelizeStep, DistributeModuleStep>;
 
 struct PlanStep {
   PlanStepBody body;
@@ -113,7 +116,7 @@ struct Plan {
   std::int64_t batch_size = 1;  // per rank, per micro-step
   std::int64_t seq_len = 0;     // sequence models; 0 = model default
   bool input_requires_grad = false;
-  int iterations = 0;  // 0 = not set
+  int iterations = 0;                   // 0 = not set
   int gradient_accumulation_steps = 1;  // no_sync for the first k-1 of every k micro-steps
   OptimizerConfig optimizer;
   TorchVersion torch_version;
