@@ -125,13 +125,9 @@ Matrix DtensorLayouts::redistribute(const core::ProgramOp& op, Matrix local, Pla
                       bytes_of(span_of(out)));
     return out;
   }
-  if (from.is_shard() && to.is_shard() && from.dim != to.dim && op.kind == core::CollectiveKind::all_gather) {
-    // PyTorch before 2.4: gather the whole tensor, keep this rank's chunk along the new dim.
-    std::vector<float> gathered(static_cast<std::size_t>(local.size()) * n);
-    state_.collective(op, core::CollectiveKind::all_gather, core::DType::float32, bytes_of(span_of(local)),
-                      bytes_of(gathered));
-    return chunk(unpack_chunks(gathered, from.dim, n, local.rows(), local.cols()), to.dim, n, state_.tp_position);
-  }
+  if (from.is_shard() && to.is_shard() && from.dim != to.dim && op.kind == core::CollectiveKind::all_gather)
+    // PyTorch before 2.4: gather the whole tensor (Shard -> Replicate), keep this rank's chunk.
+    return chunk(redistribute(op, std::move(local), from, Placement::replicate()), to.dim, n, state_.tp_position);
   if (from.is_shard() && to.is_shard() && from.dim != to.dim) {
     // Send chunk k along the new dim to rank k; what arrives stacks along the old dim.
     std::vector<float> packed = pack_chunks(local, to.dim, n);

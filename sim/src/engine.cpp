@@ -503,8 +503,7 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
   if (!schedule) {
     const double copy = one_rank_copy_seconds(op) * slowdown;
     if (copy > 0) sg4::this_actor::sleep_for(copy);
-  }
-  if (schedule) {
+  } else {
     const double fraction = nvls ? network.nvls_bandwidth_fraction : protocol ? protocol->bandwidth_fraction : 1.0;
     // On a CPU host with fewer cores than ranks, the transport threads share the cores too.
     const double scale = slowdown * host_contention_ / fraction;

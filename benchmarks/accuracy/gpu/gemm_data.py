@@ -22,15 +22,7 @@ try:
 except ImportError:  # the clocks and power columns are left out
     pynvml = None
 
-# (tokens, out_features, in_features): the Linears of one Llama 3.1 8B block and the output layer at
-# local batch 2, seq 8192.
-SHAPES = {
-    "wq/wo": (16384, 4096, 4096),
-    "wk/wv": (16384, 1024, 4096),
-    "w1/w3": (16384, 14336, 4096),
-    "w2": (16384, 4096, 14336),
-    "output": (16384, 128256, 4096),
-}
+from torch_gemms import LINEARS as SHAPES  # (tokens, out, in) of Llama 3.1 8B's Linears, beside this script
 
 
 def operands(kind, m, n, k):

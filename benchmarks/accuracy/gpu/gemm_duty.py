@@ -18,12 +18,9 @@ import statistics
 import torch
 
 from gemm_data import GpuSampler  # the power and clock sampler, beside this script
+from torch_gemms import LINEARS
 
-SHAPES = {  # (tokens, out_features, in_features), Llama 3.1 8B at local batch 2, seq 8192
-    "wq/wo": (16384, 4096, 4096),
-    "w1/w3": (16384, 14336, 4096),
-    "output": (16384, 128256, 4096),
-}
+SHAPES = {name: LINEARS[name] for name in ("wq/wo", "w1/w3", "output")}  # three of the Linears' sizes
 CALLS = 20
 
 

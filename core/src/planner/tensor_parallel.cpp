@@ -264,6 +264,9 @@ void TensorParallel::output_hook(int m, Activation& act, Mode mode) {
 int TensorParallel::redistribute(RedistributeOp op, const Activation& tensor, OpRole role, Placement from, Placement to,
                                  const std::vector<int>& dims, Phase phase, int module, const std::string& reason) {
   if (op == RedistributeOp::none) return -1;
+  // Before 2.4 DTensor moved a shard to another dim by an all-gather and a local chunk.
+  if (op == RedistributeOp::all_to_all && !context_.plan.torch_version.shard_dim_alltoall())
+    op = RedistributeOp::all_gather;
   const int size = context_.mesh.group_size(dims);
   const std::int64_t local = tensor.bytes();
   // A reduce-scatter or all-to-all onto Shard(d) sends dimension d padded to size * ceil(n / size),
@@ -300,16 +303,9 @@ int TensorParallel::redistribute(RedistributeOp op, const Activation& tensor, Op
       spec.bytes = local;
       break;
     case RedistributeOp::all_to_all:
-      if (context_.plan.torch_version.shard_dim_alltoall()) {
-        spec.kind = CollectiveKind::all_to_all;
-        spec.key = "_dtensor.shard_dim_alltoall";
-        spec.bytes = padded;
-      } else {  // all-gather the shard, keep this rank's chunk along the new dim
-        spec.kind = CollectiveKind::all_gather;
-        spec.key = "c10d_functional.all_gather_into_tensor";
-        spec.bytes = spec.output_bytes = local * size;
-        spec.input_bytes = local;
-      }
+      spec.kind = CollectiveKind::all_to_all;
+      spec.key = "_dtensor.shard_dim_alltoall";
+      spec.bytes = padded;
       break;
   }
   ProgramOp& emitted = builder_.result.program.ops[builder_.collective(std::move(spec))];
