@@ -70,25 +70,27 @@ Plan ddp_plan() {
 
 // FSDP: fully_shard on the root with one unit per TransformerBlock, 8 ranks.
 Plan fsdp_plan() {
-  return make_plan({{"world_size", 8},
-                    {"batch_size", 1},
-                    {"steps",
-                     {{{"fully_shard",
-                        {{"module", ""}, {"policy", {{"module_types", {"TransformerBlock"}}}}}}}}}},
-                   "bench:fsdp");
+  return make_plan(
+      {{"world_size", 8},
+       {"batch_size", 1},
+       {"steps", {{{"fully_shard", {{"module", ""}, {"policy", {{"module_types", {"TransformerBlock"}}}}}}}}}},
+      "bench:fsdp");
 }
 
 // torchtitan's loop: checkpoint(layer) and fully_shard(layer) for every block, then fully_shard on
 // the root: 2 L + 1 plan steps, each naming its module.
-Plan per_layer_fsdp_ac_plan(std::int64_t layers) {
+// `call` is FSDP1's composable fully_shard or FSDP2's (torch_version 2.15).
+Plan per_layer_fsdp_ac_plan(std::int64_t layers, const std::string& call = "fully_shard") {
   json steps = json::array();
   for (std::int64_t i = 0; i < layers; ++i) {
     const std::string layer = "layers." + std::to_string(i);
     steps.push_back({{"checkpoint", {{"module", layer}}}});
-    steps.push_back({{"fully_shard", {{"module", layer}}}});
+    steps.push_back({{call, {{"module", layer}}}});
   }
-  steps.push_back({{"fully_shard", {{"module", ""}}}});
-  return make_plan({{"world_size", 8}, {"batch_size", 1}, {"steps", std::move(steps)}}, "bench:fsdp-ac-per-layer");
+  steps.push_back({{call, {{"module", ""}}}});
+  json doc = {{"world_size", 8}, {"batch_size", 1}, {"steps", std::move(steps)}};
+  if (call != "fully_shard") doc["torch_version"] = "2.15";
+  return make_plan(std::move(doc), "bench:fsdp-ac-per-layer");
 }
 
 // FSDP (per Block, dp) x Megatron TP (tp) on a [world / tp, tp] mesh; tp = 8 from 16 ranks up.
@@ -100,14 +102,14 @@ Plan gpt_2d_plan(int world) {
                   {"h.*.attn.c_proj", "rowwise"},
                   {"h.*.mlp.c_fc", "colwise"},
                   {"h.*.mlp.c_proj", "rowwise"}};
-  return make_plan({{"world_size", world},
-                    {"mesh", {{"shape", {world / tp, tp}}, {"dim_names", {"dp", "tp"}}}},
-                    {"batch_size", 1},
-                    {"steps",
-                     {{{"parallelize_module", {{"module", ""}, {"mesh_dim", "tp"}, {"plan", tp_plan}}}},
-                      {{"fully_shard",
-                        {{"module", ""}, {"mesh_dim", "dp"}, {"policy", {{"module_types", {"Block"}}}}}}}}}},
-                   "bench:gpt-2d");
+  return make_plan(
+      {{"world_size", world},
+       {"mesh", {{"shape", {world / tp, tp}}, {"dim_names", {"dp", "tp"}}}},
+       {"batch_size", 1},
+       {"steps",
+        {{{"parallelize_module", {{"module", ""}, {"mesh_dim", "tp"}, {"plan", tp_plan}}}},
+         {{"fully_shard", {{"module", ""}, {"mesh_dim", "dp"}, {"policy", {{"module_types", {"Block"}}}}}}}}}},
+      "bench:gpt-2d");
 }
 
 // --- measurement helpers -------------------------------------------------------------------------
@@ -225,9 +227,8 @@ void plan_layers(benchmark::State& state, const Plan& plan) {
   state.counters["layers"] = static_cast<double>(layers);
   state.counters["params"] = static_cast<double>(model.params.size());
   // Seconds of planning per layer (printed with an SI prefix: 12.3u = 12.3 us).
-  state.counters["per_layer"] = benchmark::Counter(static_cast<double>(layers),
-                                                   benchmark::Counter::kIsIterationInvariantRate |
-                                                       benchmark::Counter::kInvert);
+  state.counters["per_layer"] = benchmark::Counter(
+      static_cast<double>(layers), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
   state.SetComplexityN(layers);
 }
 
@@ -242,9 +243,18 @@ void BM_PlanLayers_FSDP(benchmark::State& state) {
 void BM_PlanLayers_FSDP_AC_PerLayer(benchmark::State& state) {
   plan_layers(state, per_layer_fsdp_ac_plan(state.range(0)));
 }
+// The same with FSDP2: one parameter group per block, each parameter padded on its own.
+void BM_PlanLayers_FSDP2_AC_PerLayer(benchmark::State& state) {
+  plan_layers(state, per_layer_fsdp_ac_plan(state.range(0), "torch.distributed.fsdp.fully_shard"));
+}
 BENCHMARK(BM_PlanLayers_DDP)->RangeMultiplier(10)->Range(10, 10000)->Unit(benchmark::kMillisecond)->Complexity();
 BENCHMARK(BM_PlanLayers_FSDP)->RangeMultiplier(10)->Range(10, 10000)->Unit(benchmark::kMillisecond)->Complexity();
 BENCHMARK(BM_PlanLayers_FSDP_AC_PerLayer)
+    ->RangeMultiplier(10)
+    ->Range(10, 10000)
+    ->Unit(benchmark::kMillisecond)
+    ->Complexity();
+BENCHMARK(BM_PlanLayers_FSDP2_AC_PerLayer)
     ->RangeMultiplier(10)
     ->Range(10, 10000)
     ->Unit(benchmark::kMillisecond)

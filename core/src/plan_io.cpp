@@ -9,12 +9,13 @@ namespace stratsim::core {
 namespace {
 
 // Names as PyTorch spells them; later entries of a value are aliases accepted in plans.
-constexpr EnumNames<ShardingStrategy, 6> kStrategyNames{{{{ShardingStrategy::full_shard, "FULL_SHARD"},
-                                                          {ShardingStrategy::shard_grad_op, "SHARD_GRAD_OP"},
-                                                          {ShardingStrategy::no_shard, "NO_SHARD"},
-                                                          {ShardingStrategy::hybrid_shard, "HYBRID_SHARD"},
-                                                          {ShardingStrategy::hybrid_shard_zero2, "_HYBRID_SHARD_ZERO2"},
-                                                          {ShardingStrategy::hybrid_shard_zero2, "HYBRID_SHARD_ZERO2"}}}};
+constexpr EnumNames<ShardingStrategy, 6> kStrategyNames{
+    {{{ShardingStrategy::full_shard, "FULL_SHARD"},
+      {ShardingStrategy::shard_grad_op, "SHARD_GRAD_OP"},
+      {ShardingStrategy::no_shard, "NO_SHARD"},
+      {ShardingStrategy::hybrid_shard, "HYBRID_SHARD"},
+      {ShardingStrategy::hybrid_shard_zero2, "_HYBRID_SHARD_ZERO2"},
+      {ShardingStrategy::hybrid_shard_zero2, "HYBRID_SHARD_ZERO2"}}}};
 
 constexpr EnumNames<CommHook, 8> kCommHookNames{{{{CommHook::none, "none"},
                                                   {CommHook::allreduce, "allreduce"},
@@ -59,7 +60,8 @@ std::vector<std::string> mesh_dims(const JsonReader& step, const Plan& plan, con
     if (plan.mesh.dim_index(dim) < 0) {
       std::string names;
       for (const auto& n : plan.mesh.dim_names()) names += (names.empty() ? "" : ", ") + n;
-      step.at(step.has(key) ? key : "device_mesh").fail(fmt::format("no mesh dimension \"{}\" (the mesh has: {})", dim, names));
+      step.at(step.has(key) ? key : "device_mesh")
+          .fail(fmt::format("no mesh dimension \"{}\" (the mesh has: {})", dim, names));
     }
   return dims;
 }
@@ -116,7 +118,8 @@ ReplicateStep parse_replicate(const JsonReader& node, const Plan& plan, const st
   ReplicateStep step;
   step.module = node.get_string("module", "");
   step.mesh_dims = mesh_dims(node, plan);
-  if (step.mesh_dims.size() > 1) node.at(node.has("mesh_dim") ? "mesh_dim" : "device_mesh").fail("replicate takes a 1-D mesh");
+  if (step.mesh_dims.size() > 1)
+    node.at(node.has("mesh_dim") ? "mesh_dim" : "device_mesh").fail("replicate takes a 1-D mesh");
   if (node.has("bucket_cap_mb") && !node.at("bucket_cap_mb").is_null()) {
     step.bucket_cap_mb = node.at("bucket_cap_mb").as_number();
     if (*step.bucket_cap_mb <= 0) node.at("bucket_cap_mb").fail("expected a positive number of MiB");
@@ -128,13 +131,17 @@ ReplicateStep parse_replicate(const JsonReader& node, const Plan& plan, const st
   step.init_sync = node.get_bool("init_sync", true);
   const std::string hook = node.get_string("comm_hook", "none");
   if (auto parsed = kCommHookNames.parse(hook)) step.comm_hook = *parsed;
-  else node.at("comm_hook").fail(fmt::format("unknown comm hook \"{}\" (expected allreduce, fp16_compress or bf16_compress)", hook));
+  else
+    node.at("comm_hook")
+        .fail(fmt::format("unknown comm hook \"{}\" (expected allreduce, fp16_compress or bf16_compress)", hook));
   step.ignored_modules = node.get_string_list("ignored_modules");
   if (node.has("device_id") && !node.at("device_id").is_null()) {
     const nlohmann::json& id = node.at("device_id").value();
     bool ok = id.is_number_integer() || (id.is_string() && is_torch_device(id.get<std::string>()));
     // replicate() checks the type before anything else; same rule, same words.
-    if (!ok) throw PlanError(fmt::format("{}: Expected device_id to be int or torch.device, but got {}", where, python_type(id)));
+    if (!ok)
+      throw PlanError(
+          fmt::format("{}: Expected device_id to be int or torch.device, but got {}", where, python_type(id)));
   }
   return step;
 }
@@ -143,7 +150,10 @@ ShardingStrategy parse_strategy(const JsonReader& node) {
   std::string text = node.as_string();
   if (text.starts_with("ShardingStrategy.")) text = text.substr(17);
   if (auto strategy = kStrategyNames.parse(text)) return *strategy;
-  node.fail(fmt::format("unknown sharding strategy \"{}\" (expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, _HYBRID_SHARD_ZERO2)", text));
+  node.fail(
+      fmt::format("unknown sharding strategy \"{}\" (expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
+                  "_HYBRID_SHARD_ZERO2)",
+                  text));
 }
 
 FullyShardStep parse_fully_shard(const JsonReader& node, const Plan& plan) {
@@ -155,7 +165,8 @@ FullyShardStep parse_fully_shard(const JsonReader& node, const Plan& plan) {
   step.mesh_dims = mesh_dims(node, plan);
   const char* strategy_key = node.has("strategy") ? "strategy" : "sharding_strategy";
   if (node.has(strategy_key) && !node.at(strategy_key).is_null()) step.strategy = parse_strategy(node.at(strategy_key));
-  const bool hybrid = step.strategy == ShardingStrategy::hybrid_shard || step.strategy == ShardingStrategy::hybrid_shard_zero2;
+  const bool hybrid =
+      step.strategy == ShardingStrategy::hybrid_shard || step.strategy == ShardingStrategy::hybrid_shard_zero2;
   if (step.mesh_dims.size() > 2 || (step.mesh_dims.size() == 2 && !hybrid))
     node.at(node.has("mesh_dim") ? "mesh_dim" : "device_mesh")
         .fail("expected one mesh dimension (two, replicate then shard, for HYBRID_SHARD)");
@@ -204,6 +215,43 @@ FullyShardStep parse_fully_shard(const JsonReader& node, const Plan& plan) {
   return step;
 }
 
+// FSDP2's fully_shard(module, mesh=..., reshard_after_forward=..., mp_policy=MixedPrecisionPolicy(...),
+// offload_policy=CPUOffloadPolicy()).
+FullyShard2Step parse_fully_shard2(const JsonReader& node, const Plan& plan) {
+  node.allow_only({"module", "mesh_dim", "device_mesh", "mesh", "reshard_after_forward", "mp_policy", "offload_policy",
+                   "reshard_after_backward_in_accumulation"});
+  FullyShard2Step step;
+  step.module = node.get_string("module", "");
+  const char* mesh_key = node.has("mesh") ? "mesh" : node.has("device_mesh") ? "device_mesh" : "mesh_dim";
+  step.mesh_dims = mesh_dims(node, plan, mesh_key);
+  if (step.mesh_dims.size() > 2)
+    node.at(mesh_key).fail("expected one mesh dimension (FSDP) or two, replicate then shard (HSDP)");
+  if (node.has("reshard_after_forward") && !node.at("reshard_after_forward").is_null()) {
+    JsonReader reshard = node.at("reshard_after_forward");
+    if (reshard.value().is_number_integer()) step.reshard_after_forward_ranks = reshard.as_int();
+    else step.reshard_after_forward = reshard.as_bool();
+  }
+  if (node.has("mp_policy") && !node.at("mp_policy").is_null()) {
+    JsonReader mp = node.at("mp_policy");
+    mp.allow_only({"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"});
+    step.param_dtype = dtype_field(mp, "param_dtype");
+    step.reduce_dtype = dtype_field(mp, "reduce_dtype");
+    step.output_dtype = dtype_field(mp, "output_dtype");
+    step.cast_forward_inputs = mp.get_bool("cast_forward_inputs", true);
+  }
+  if (node.has("offload_policy") && !node.at("offload_policy").is_null()) {
+    JsonReader offload = node.at("offload_policy");
+    if (offload.is_object()) {
+      offload.allow_only({"pin_memory"});
+      step.offload_params = true;
+    } else {
+      step.offload_params = offload.as_bool();
+    }
+  }
+  step.reshard_after_backward_in_accumulation = node.get_bool("reshard_after_backward_in_accumulation", true);
+  return step;
+}
+
 TPModuleSpec parse_tp_spec(const JsonReader& node) {
   TPModuleSpec spec;
   std::string style;
@@ -218,7 +266,9 @@ TPModuleSpec parse_tp_spec(const JsonReader& node) {
   }
   if (style == "colwise" || style == "ColwiseParallel") spec.style = TPStyle::colwise;
   else if (style == "rowwise" || style == "RowwiseParallel") spec.style = TPStyle::rowwise;
-  else (node.is_string() ? node : node.at("style")).fail(fmt::format("unknown style \"{}\" (expected colwise or rowwise)", style));
+  else
+    (node.is_string() ? node : node.at("style"))
+        .fail(fmt::format("unknown style \"{}\" (expected colwise or rowwise)", style));
   return spec;
 }
 
@@ -305,6 +355,13 @@ TorchVersion parse_version(const JsonReader& node) {
   return version;
 }
 
+// FSDP1: the seeds' composable fully_shard (before 2.6 the bare name) and the wrapper.
+bool is_fsdp1_call(const std::string& call) {
+  return call == "fully_shard" || call == "FSDP" || call == "FullyShardedDataParallel" ||
+         call == "torch.distributed._composable.fully_shard" ||
+         call == "torch.distributed.fsdp.FullyShardedDataParallel";
+}
+
 }  // namespace
 
 std::string TorchVersion::str() const { return fmt::format("{}.{}", major, minor); }
@@ -344,15 +401,25 @@ Plan parse_plan(const JsonReader& doc) {
     JsonReader entry = steps.at(i);
     entry.expect_object();
     if (entry.size() != 1)
-      entry.fail("each step is one call: {\"replicate\": {...}}, {\"fully_shard\": {...}}, {\"checkpoint\": {...}}, "
-                 "{\"parallelize_module\": {...}} or {\"distribute_module\": {...}}");
+      entry.fail(
+          "each step is one call: {\"replicate\": {...}}, {\"fully_shard\": {...}}, {\"checkpoint\": {...}}, "
+          "{\"parallelize_module\": {...}} or {\"distribute_module\": {...}}");
     const std::string call = entry.keys().front();
     JsonReader body = entry.at(call);
     PlanStep step;
     step.index = static_cast<int>(i);
     step.where = fmt::format("{}: steps[{}] ({})", doc.file(), i, call);
     if (call == "replicate") step.body = parse_replicate(body, plan, step.where);
-    else if (call == "fully_shard" || call == "FSDP") step.body = parse_fully_shard(body, plan);
+    else if (is_fsdp1_call(call)) {
+      if (call == "fully_shard" && plan.torch_version.at_least(2, 6))
+        entry.fail(
+            fmt::format("\"fully_shard\" means FSDP2 from PyTorch 2.6 (torch_version is {}): name the API by "
+                        "its import path, \"torch.distributed.fsdp.fully_shard\" (FSDP2) or "
+                        "\"torch.distributed._composable.fully_shard\" (FSDP1)",
+                        plan.torch_version.str()));
+      step.body = parse_fully_shard(body, plan);
+    } else if (call == "torch.distributed.fsdp.fully_shard" || call == "torch.distributed._composable.fsdp.fully_shard")
+      step.body = parse_fully_shard2(body, plan);
     else if (call == "checkpoint") {
       body.allow_only({"module", "policy"});
       CheckpointStep checkpoint{body.at("module").as_string()};
@@ -364,8 +431,11 @@ Plan parse_plan(const JsonReader& doc) {
     } else if (call == "parallelize_module") step.body = parse_parallelize(body, plan);
     else if (call == "distribute_module") step.body = parse_distribute(body, plan);
     else
-      entry.fail(fmt::format("unknown call \"{}\" (expected replicate, fully_shard, checkpoint, parallelize_module or "
-                             "distribute_module)", call));
+      entry.fail(
+          fmt::format("unknown call \"{}\" (expected replicate, fully_shard (FSDP1), "
+                      "torch.distributed.fsdp.fully_shard (FSDP2), checkpoint, parallelize_module or "
+                      "distribute_module)",
+                      call));
     plan.steps.push_back(std::move(step));
   }
   return plan;

@@ -1,7 +1,7 @@
 #include "stratsim/core/report.hpp"
 
-#include <nlohmann/json.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace stratsim::core {
 namespace {
@@ -69,7 +69,8 @@ std::string text_report(const Model& model, const Plan& plan, const PlanResult& 
     auto print = [&](const char* title, const std::vector<DdpBucket>& buckets) {
       line(fmt::format("  {}: {} bucket{}", title, buckets.size(), buckets.size() == 1 ? "" : "s"));
       for (std::size_t b = 0; b < buckets.size(); ++b)
-        line(fmt::format("    bucket {}: {:>14} B  [{}]", b, thousands(buckets[b].bytes), param_list(buckets[b].params)));
+        line(fmt::format("    bucket {}: {:>14} B  [{}]", b, thousands(buckets[b].bytes),
+                         param_list(buckets[b].params)));
     };
     print("construction-time buckets", ddp.initial);
     if (!ddp.rebuilt.empty()) print("rebuilt buckets (gradient-ready order)", ddp.rebuilt);
@@ -80,26 +81,42 @@ std::string text_report(const Model& model, const Plan& plan, const PlanResult& 
     line(fmt::format("FSDP units: {}", result.fsdp.size()));
     for (const FsdpUnitReport& u : result.fsdp) {
       if (u.params.empty()) {
-        line(fmt::format("  {:<24} no parameters left (no flat parameter, no collectives){}", u.module.empty() ? model.name : u.module,
-                         u.root ? ", root" : ""));
+        line(fmt::format("  {:<24} no parameters left (no flat parameter, no collectives){}",
+                         u.module.empty() ? model.name : u.module, u.root ? ", root" : ""));
         continue;
       }
       line(fmt::format("  {:<24} {} group {}{}{}: N={} S={} padded={} [{}]", u.module.empty() ? model.name : u.module,
                        strategy_name(u.strategy), u.group,
                        u.replicate_group.empty() ? "" : " replicate " + u.replicate_group, u.root ? ", root" : "",
-                       thousands(u.numel), thousands(u.shard_numel), thousands(u.padded_numel), param_list(u.params, 4)));
+                       thousands(u.numel), thousands(u.shard_numel), thousands(u.padded_numel),
+                       param_list(u.params, 4)));
     }
+  }
+  if (!result.fsdp2.empty()) {
+    line("");
+    line(fmt::format("FSDP2 parameter groups: {}", result.fsdp2.size()));
+    for (const FsdpParamGroupReport& g : result.fsdp2)
+      if (g.params.empty())
+        line(fmt::format("  {:<24} no parameters left (no parameter group, no collectives){}",
+                         g.module.empty() ? model.name : g.module, g.root ? ", root" : ""));
+      else
+        line(fmt::format("  {:<24} group {}{}{}, {}: shard {} of {} elements [{}]",
+                         g.module.empty() ? model.name : g.module, g.group,
+                         g.replicate_group.empty() ? "" : " replicate " + g.replicate_group, g.root ? ", root" : "",
+                         g.reshard_after_forward ? "reshards after forward" : "kept unsharded after forward",
+                         thousands(g.shard_numel), thousands(g.unsharded_numel), param_list(g.params, 4)));
   }
   for (const IterationRecord& it : result.iterations) {
     line("");
     line(fmt::format("iteration {}{}: {} collectives, {:.4g} GFLOP compute", it.index, it.sync ? "" : " (no_sync)",
                      it.collectives.size(), it.compute_flops / 1e9));
     for (const CollectiveRecord& c : it.collectives)
-      line(fmt::format("  {:<10} {:<40} {:<6} {:>14} B {:<8} {}", phase_name(c.phase), c.op,
-                       c.group, thousands(c.bytes), dtype_name(c.dtype), c.reason));
+      line(fmt::format("  {:<10} {:<40} {:<6} {:>14} B {:<8} {}", phase_name(c.phase), c.op, c.group,
+                       thousands(c.bytes), dtype_name(c.dtype), c.reason));
   }
   line("");
-  line(fmt::format("CommDebugMode counts (iteration {}):", result.iterations.empty() ? 0 : result.iterations.back().index));
+  line(fmt::format("CommDebugMode counts (iteration {}):",
+                   result.iterations.empty() ? 0 : result.iterations.back().index));
   int total = 0;
   for (const auto& [key, count] : result.counts()) {
     line(fmt::format("  {:<44} {}", key, count));
@@ -114,7 +131,8 @@ std::string text_report(const Model& model, const Plan& plan, const PlanResult& 
   line(fmt::format("  optimizer state     {}", format_bytes(m.optimizer_state)));
   if (m.ddp_bucket_buffers) line(fmt::format("  DDP bucket buffers  {}", format_bytes(m.ddp_bucket_buffers)));
   line(fmt::format("  activations (peak)  {}", format_bytes(m.activations)));
-  if (m.unsharded_params_peak) line(fmt::format("  unsharded FSDP params (peak) {}", format_bytes(m.unsharded_params_peak)));
+  if (m.unsharded_params_peak)
+    line(fmt::format("  unsharded FSDP params (peak) {}", format_bytes(m.unsharded_params_peak)));
   line(fmt::format("  peak                {} at {}", format_bytes(m.peak), m.peak_at));
   if (m.device_memory_bytes)
     line(fmt::format("  device              {}{}", format_bytes(static_cast<std::int64_t>(*m.device_memory_bytes)),
@@ -154,7 +172,9 @@ nlohmann::json json_report(const Model& model, const Plan& plan, const PlanResul
                              {"program_op", c.op_id}});
       if (&it == &result.iterations.back()) bytes_by_group[c.group] += c.bytes;
     }
-    iterations.push_back({{"index", it.index}, {"sync", it.sync}, {"compute_flops", it.compute_flops},
+    iterations.push_back({{"index", it.index},
+                          {"sync", it.sync},
+                          {"compute_flops", it.compute_flops},
                           {"collectives", std::move(collectives)}});
   }
   doc["iterations"] = std::move(iterations);
@@ -164,21 +184,47 @@ nlohmann::json json_report(const Model& model, const Plan& plan, const PlanResul
   doc["bytes_by_group"] = bytes_by_group;
   json ddp = json::array();
   for (const DdpReport& d : result.ddp)
-    ddp.push_back({{"module", d.module}, {"group", d.group}, {"group_size", d.group_size}, {"param_names", d.params},
-                   {"initial_buckets", bucket_json(d.initial)}, {"rebuilt_buckets", bucket_json(d.rebuilt)},
+    ddp.push_back({{"module", d.module},
+                   {"group", d.group},
+                   {"group_size", d.group_size},
+                   {"param_names", d.params},
+                   {"initial_buckets", bucket_json(d.initial)},
+                   {"rebuilt_buckets", bucket_json(d.rebuilt)},
                    {"compiled", {{"ddp_buckets", d.compiled.size()}, {"buckets", bucket_json(d.compiled)}}}});
   doc["ddp"] = std::move(ddp);
   json fsdp = json::array();
   for (const FsdpUnitReport& u : result.fsdp)
-    fsdp.push_back({{"module", u.module}, {"strategy", strategy_name(u.strategy)}, {"group", u.group},
-                    {"replicate_group", u.replicate_group}, {"root", u.root}, {"params", u.params},
-                    {"numel", u.numel}, {"shard_numel", u.shard_numel}, {"padded_numel", u.padded_numel}});
+    fsdp.push_back({{"module", u.module},
+                    {"strategy", strategy_name(u.strategy)},
+                    {"group", u.group},
+                    {"replicate_group", u.replicate_group},
+                    {"root", u.root},
+                    {"params", u.params},
+                    {"numel", u.numel},
+                    {"shard_numel", u.shard_numel},
+                    {"padded_numel", u.padded_numel}});
   doc["fsdp"] = std::move(fsdp);
+  json fsdp2 = json::array();
+  for (const FsdpParamGroupReport& g : result.fsdp2)
+    fsdp2.push_back({{"module", g.module},
+                     {"group", g.group},
+                     {"replicate_group", g.replicate_group},
+                     {"root", g.root},
+                     {"reshard_after_forward", g.reshard_after_forward},
+                     {"params", g.params},
+                     {"param_shard_numels", g.shard_numels},
+                     {"shard_numel", g.shard_numel},
+                     {"unsharded_numel", g.unsharded_numel}});
+  doc["fsdp2"] = std::move(fsdp2);
   const MemoryReport& m = result.memory;
-  doc["memory"] = {{"parameters", m.parameters},         {"gradients", m.gradients},
-                   {"optimizer_state", m.optimizer_state}, {"ddp_bucket_buffers", m.ddp_bucket_buffers},
-                   {"activations", m.activations},       {"unsharded_params_peak", m.unsharded_params_peak},
-                   {"peak", m.peak},                     {"peak_at", m.peak_at},
+  doc["memory"] = {{"parameters", m.parameters},
+                   {"gradients", m.gradients},
+                   {"optimizer_state", m.optimizer_state},
+                   {"ddp_bucket_buffers", m.ddp_bucket_buffers},
+                   {"activations", m.activations},
+                   {"unsharded_params_peak", m.unsharded_params_peak},
+                   {"peak", m.peak},
+                   {"peak_at", m.peak_at},
                    {"device_memory", m.device_memory_bytes ? json(*m.device_memory_bytes) : json(nullptr)},
                    {"out_of_memory", m.out_of_memory}};
   doc["warnings"] = result.warnings;

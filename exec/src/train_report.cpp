@@ -50,6 +50,11 @@ std::string train_unsupported_reason(const core::Model& model, const core::Plan&
   if (why.empty()) why = forward_use_reason(model);
   if (!why.empty()) return why;
   for (const core::PlanStep& step : plan.steps) {
+    if (std::holds_alternative<core::FullyShard2Step>(step.body))
+      return fmt::format(
+          "{}: FSDP2 (torch.distributed.fsdp.fully_shard) has no --train numerics yet; `stratsim run` "
+          "without --train executes its collectives",
+          step.where);
     const auto* shard = std::get_if<core::FullyShardStep>(&step.body);
     if (shard == nullptr) continue;
     for (const auto& dtype : {shard->param_dtype, shard->reduce_dtype, shard->buffer_dtype})

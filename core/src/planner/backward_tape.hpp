@@ -25,10 +25,16 @@ class BackwardTape {
   void push(Entry entry) { entries_.push_back(std::move(entry)); }
 
   // A hook on the output of the module that just ran forward; consecutive ones form a run that
-  // stays at the end of the tape while nothing else is pushed.
+  // stays at the end of the tape while nothing else is pushed. They sit on one tensor, whose hooks
+  // autograd runs in the order they were registered (an inner module's before its parent's): a new
+  // one goes to the run's start, which the reversed replay reaches last.
   void push_output_hook(Entry entry) {
-    if (hook_run_end_ != entries_.size()) hook_run_begin_ = entries_.size();
-    entries_.push_back(std::move(entry));
+    if (hook_run_end_ != entries_.size()) {
+      hook_run_begin_ = entries_.size();
+      entries_.push_back(std::move(entry));
+    } else {
+      entries_.insert(entries_.begin() + static_cast<std::ptrdiff_t>(hook_run_begin_), std::move(entry));
+    }
     hook_run_end_ = entries_.size();
   }
   // The module returned a new tensor (redistribute / to_local): hooks registered on the inner

@@ -27,9 +27,10 @@ struct ParamState {
   bool dtensor = false;  // parallelize_module / distribute_module made it a DTensor
   Placement placement;   // its placement on `tp_dims`
   std::vector<int> tp_dims;
-  int fsdp_unit = -1;
-  int ddp = -1;        // DDP instance
-  int ddp_index = -1;  // variable index inside that instance
+  int fsdp_unit = -1;    // FSDP1 unit
+  int fsdp2_group = -1;  // FSDP2 parameter group
+  int ddp = -1;          // DDP instance
+  int ddp_index = -1;    // variable index inside that instance
 };
 
 // A tensor of the forward: local shape [batch, (seq,) features] on the planned rank. `id` names

@@ -70,7 +70,8 @@ void DataParallel::collect_params() {
         continue;
       }
       for (int p : model.modules[sub].params)
-        if (model.params[p].requires_grad && context_.params[p].ddp < 0 && context_.params[p].fsdp_unit < 0)
+        if (model.params[p].requires_grad && context_.params[p].ddp < 0 && context_.params[p].fsdp_unit < 0 &&
+            context_.params[p].fsdp2_group < 0)
           ddp.params.push_back(p);
     }
     // DistributedDataParallel(self._param_list) refuses a list with nothing to reduce.

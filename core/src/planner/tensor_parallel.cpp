@@ -87,7 +87,7 @@ void TensorParallel::apply_parallelize(const ParallelizeStep& step, const PlanSt
       for (int a = m; a >= 0; a = context_.model.modules[a].parent)
         replicated = replicated || context_.replicate_step[a] >= 0;
       for (int p : module.params) {
-        if (context_.params[p].fsdp_unit >= 0 || replicated)
+        if (context_.params[p].fsdp_unit >= 0 || context_.params[p].fsdp2_group >= 0 || replicated)
           throw PlanError(
               fmt::format("{}: parameter {} is already managed by fully_shard/replicate; apply "
                           "parallelize_module first",

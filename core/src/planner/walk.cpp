@@ -20,12 +20,24 @@ Walk::Walk(const Model& model, const Plan& plan, const PlanOptions& options)
       saved_(builder_),
       tp_(context_, builder_, tape_),
       ddp_(context_, builder_),
-      fsdp_(context_, builder_, tape_) {}
+      fsdp_(context_, builder_, tape_),
+      fsdp2_(context_, builder_, tape_) {}
 
 // ------------------------------------------------------------------------------------------------
 // Setup: the plan's calls in order.
 
 void Walk::apply_plan() {
+  const PlanStep* fsdp1 = nullptr;
+  const PlanStep* fsdp2 = nullptr;
+  for (const PlanStep& step : context_.plan.steps) {
+    if (std::holds_alternative<FullyShardStep>(step.body) && !fsdp1) fsdp1 = &step;
+    if (std::holds_alternative<FullyShard2Step>(step.body) && !fsdp2) fsdp2 = &step;
+  }
+  if (fsdp1 && fsdp2)
+    throw PlanError(
+        fmt::format("{}: FSDP2 (torch.distributed.fsdp.fully_shard) on a model that {} shards with FSDP1; "
+                    "a model uses one or the other",
+                    fsdp2->where, fsdp1->where));
   for (const PlanStep& step : context_.plan.steps) {
     std::visit(
         [&](const auto& body) {
@@ -34,6 +46,7 @@ void Walk::apply_plan() {
           else if constexpr (std::is_same_v<T, DistributeModuleStep>) tp_.apply_distribute(body, step);
           else if constexpr (std::is_same_v<T, ReplicateStep>) ddp_.apply_replicate(body, step);
           else if constexpr (std::is_same_v<T, FullyShardStep>) fsdp_.apply_fully_shard(body, step);
+          else if constexpr (std::is_same_v<T, FullyShard2Step>) fsdp2_.apply_fully_shard(body, step);
           else {
             const int m = context_.module_or_fail(body.module, step.where);
             context_.checkpointed[m] = true;
@@ -55,6 +68,7 @@ void Walk::finish_setup() {
   }
   ddp_.collect_params();
   fsdp_.mark_roots();
+  fsdp2_.mark_roots();
   // The dtype a module computes in: its FSDP unit's param_dtype under mixed precision, else the
   // parameters' dtype.
   builder_.compute_dtypes.assign(model.modules.size(), context_.act_dtype());
@@ -62,6 +76,9 @@ void Walk::finish_setup() {
     for (int a = static_cast<int>(m); a >= 0; a = model.modules[a].parent)
       if (fsdp_.unit_of_module(a) >= 0) {
         builder_.compute_dtypes[m] = fsdp_.compute_dtype(fsdp_.unit_of_module(a));
+        break;
+      } else if (fsdp2_.group_of_module(a) >= 0) {
+        builder_.compute_dtypes[m] = fsdp2_.compute_dtype(fsdp2_.group_of_module(a));
         break;
       }
   set_static_memory();
@@ -72,13 +89,17 @@ void Walk::set_static_memory() {
   const OptimizerCost optimizer = optimizer_cost(context_.plan.optimizer);
   std::int64_t param_bytes = 0, optimizer_bytes = 0;
   for (std::size_t p = 0; p < context_.params.size(); ++p) {
-    if (context_.params[p].fsdp_unit >= 0) continue;
+    if (sharded(static_cast<int>(p))) continue;
     param_bytes += context_.param_bytes(static_cast<int>(p));
     if (context_.model.params[p].requires_grad)
       optimizer_bytes +=
           optimizer.resident_bytes(context_.params[p].local_numel, dtype_size(context_.model.params[p].dtype));
   }
   for (const FullyShard::Shard& shard : fsdp_.resident_shards()) {
+    param_bytes += shard.numel * dtype_size(shard.dtype);
+    optimizer_bytes += optimizer.resident_bytes(shard.numel, dtype_size(shard.dtype));
+  }
+  for (const FullyShard2::Shard& shard : fsdp2_.resident_shards()) {
     param_bytes += shard.numel * dtype_size(shard.dtype);
     optimizer_bytes += optimizer.resident_bytes(shard.numel, dtype_size(shard.dtype));
   }
@@ -98,6 +119,7 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
   const Mode inner = region ? Mode::checkpointed : mode;
   if (mode != Mode::replay) ddp_.pre_forward(m);
   fsdp_.pre_forward(m, mode);
+  fsdp2_.pre_forward(m, mode, act.requires_grad);
   const Activation region_input = act;
   const std::size_t region_start = tape_.size();
   const int region_first_tensor = context_.next_tensor;
@@ -114,6 +136,7 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
   }
   run_module_body(m, act, inner, side);
   fsdp_.post_forward(m, mode);
+  fsdp2_.post_forward(m, mode);
   if (region) {
     selective_ = outer_selective;
     // Pushed after the region's own entries, so backward replays the region before any of them,
@@ -262,7 +285,7 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
   // Compute that uses an FSDP unit's parameters waits for the unit's all-gather.
   std::vector<int> deps;
   for (int p : module.params)
-    if (context_.params[p].fsdp_unit >= 0) deps.push_back(fsdp_.all_gather_op(p));
+    if (const int gather = gather_op(p); gather >= 0) deps.push_back(gather);
   const std::string suffix = phase == Phase::recompute ? "recompute" : "forward";
   const std::string& label = context_.label(m);
   // Selective checkpointing keeps this op's output from the first pass: the recomputation reuses it.
@@ -305,7 +328,7 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
     // Backward waits for the gather that is current now (pre-backward or prefetch), not the forward one.
     std::vector<int> now;
     for (int p : mod.params)
-      if (context_.params[p].fsdp_unit >= 0) now.push_back(fsdp_.all_gather_op(p));
+      if (const int gather = gather_op(p); gather >= 0) now.push_back(gather);
     const int op = builder_.compute(name + ".backward", m, Phase::backward, cost.op_class, cost.backward_flops,
                                     cost.backward_bytes, now, OpRole::leaf);
     builder_.set_gemms(op, cost.backward_gemms);
@@ -353,7 +376,7 @@ void Walk::forward_param_matmul(int p, Activation& act, Mode mode) {
   }
   const std::int64_t saved = t * act.features() * d;
   std::vector<int> deps;
-  if (state.fsdp_unit >= 0) deps.push_back(fsdp_.all_gather_op(p));
+  if (const int gather = gather_op(p); gather >= 0) deps.push_back(gather);
   const std::string base = fmt::format("{}.mm", param.fqn);
   const int forward =
       builder_.compute(base + (phase == Phase::recompute ? ".recompute" : ".forward"), m, phase, "gemm", flops,
@@ -369,7 +392,7 @@ void Walk::forward_param_matmul(int p, Activation& act, Mode mode) {
   if (mode == Mode::replay) return;
   tape_.push([this, p, m, flops, saved, input_grad, base, is_matrix, t, in_width, out]() {
     std::vector<int> now;
-    if (context_.params[p].fsdp_unit >= 0) now.push_back(fsdp_.all_gather_op(p));
+    if (const int gather = gather_op(p); gather >= 0) now.push_back(gather);
     const int op = builder_.compute(base + ".backward", m, Phase::backward, "gemm", flops * (input_grad ? 2 : 1), 0,
                                     now, OpRole::param_matmul, {context_.model.params[p].fqn});
     if (is_matrix) builder_.set_gemms(op, linear_backward_gemms(t, in_width, out, input_grad));
@@ -389,8 +412,18 @@ void Walk::grad_ready(int p, int producer) {
     fsdp_.grad_ready(p, producer);
     return;
   }
+  if (context_.params[p].fsdp2_group >= 0) {
+    fsdp2_.grad_ready(p, producer);
+    return;
+  }
   if (!ddp_.gradient_as_bucket_view(p)) builder_.add_memory(context_.param_bytes(p), MemoryTracker::Kind::gradient);
   ddp_.grad_ready(p, producer);
+}
+
+int Walk::gather_op(int p) const {
+  if (context_.params[p].fsdp_unit >= 0) return fsdp_.all_gather_op(p);
+  if (context_.params[p].fsdp2_group >= 0) return fsdp2_.all_gather_op(p);
+  return -1;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -401,11 +434,15 @@ void Walk::optimizer_step() {
   double elements = 0;
   std::int64_t bytes = 0;
   for (std::size_t p = 0; p < context_.params.size(); ++p) {
-    if (context_.params[p].fsdp_unit >= 0 || !context_.model.params[p].requires_grad) continue;
+    if (sharded(static_cast<int>(p)) || !context_.model.params[p].requires_grad) continue;
     elements += static_cast<double>(context_.params[p].local_numel);
     bytes += cost.bytes(context_.params[p].local_numel, dtype_size(context_.model.params[p].dtype));
   }
   for (const FullyShard::Shard& shard : fsdp_.resident_shards()) {
+    elements += static_cast<double>(shard.numel);
+    bytes += cost.bytes(shard.numel, dtype_size(shard.dtype));
+  }
+  for (const FullyShard2::Shard& shard : fsdp2_.resident_shards()) {
     elements += static_cast<double>(shard.numel);
     bytes += cost.bytes(shard.numel, dtype_size(shard.dtype));
   }
@@ -424,6 +461,7 @@ void Walk::run_iteration() {
   tape_.clear();
   saved_.clear();
   fsdp_.begin_iteration();
+  fsdp2_.begin_iteration();
 
   const std::int64_t seq = plan.seq_len > 0 ? plan.seq_len : model.seq_len;
   Activation act;
@@ -436,6 +474,7 @@ void Walk::run_iteration() {
   context_.first_iteration_done = true;
 
   tape_.run_backward();
+  fsdp2_.end_backward();
   ddp_.end_backward();
   if (context_.sync) optimizer_step();
 }
@@ -473,6 +512,7 @@ PlanResult Walk::run() {
   }
   ddp_.report(result);
   fsdp_.report(result);
+  fsdp2_.report(result);
   report_params();
   return std::move(result);
 }
@@ -484,6 +524,7 @@ void Walk::report_params() {
     layout.placement = state.dtensor ? state.placement : Placement::replicate();
     if (state.dtensor) layout.tp_dims = state.tp_dims;
     layout.fsdp_unit = state.fsdp_unit;
+    layout.fsdp2_group = state.fsdp2_group;
     layout.ddp = state.ddp;
     builder_.result.params.push_back(std::move(layout));
   }

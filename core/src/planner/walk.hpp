@@ -13,6 +13,7 @@
 #include "context.hpp"
 #include "ddp.hpp"
 #include "fsdp.hpp"
+#include "fsdp2.hpp"
 
 #include "program_builder.hpp"
 #include "saved_tensors.hpp"
@@ -42,6 +43,8 @@ class Walk {
   void emit_kernels(int m, Phase phase, const std::vector<KernelCost>& kernels);
   void forward_param_matmul(int p, Activation& act, Mode mode);
   void grad_ready(int p, int producer);
+  int gather_op(int p) const;  // the FSDP all-gather compute reading p waits for, -1 if none
+  bool sharded(int p) const { return context_.params[p].fsdp_unit >= 0 || context_.params[p].fsdp2_group >= 0; }
   void optimizer_step();
   void report_params();
 
@@ -52,6 +55,7 @@ class Walk {
   TensorParallel tp_;
   DataParallel ddp_;
   FullyShard fsdp_;
+  FullyShard2 fsdp2_;
   double last_linear_fraction_ = 1.0;  // local/global output width of the last Linear run
   // The checkpoint region being run (first pass or recomputation) under the selective policy.
   struct SelectiveRegion {

@@ -24,9 +24,26 @@ struct TorchVersion {
   // _dtensor.shard_dim_alltoall, which CommDebugMode counts under that name); before, an
   // all-gather of the shard and a local chunk along the new dim.
   bool shard_dim_alltoall() const { return major > 2 || (major == 2 && minor >= 4); }
+  // FSDP2 on a shard group of one rank: from 2.9 (PR #160135) the unshard copies the shard instead
+  // of all-gathering it; from 2.10 (PR #162021) the gradient is copied instead of reduce-scattered.
+  bool fsdp2_gathers_one_rank() const { return major == 2 && minor < 9; }
+  bool fsdp2_reduce_scatters_one_rank() const { return major == 2 && minor < 10; }
+  // FSDP2's root keeps its parameters unsharded after forward. Until 2.8 it always did; from 2.8
+  // (PRs #154704 and #155319, merged June 2025) only when reshard_after_forward is left unset.
+  bool fsdp2_root_honours_reshard_after_forward() const { return at_least(2, 8); }
+  // FSDP2's gradients without a reduce_dtype: reduced in param_dtype until 2.14; from 2.15 (PR
+  // #197203, merged September 2026) autograd writes them in the parameter's own dtype, which the
+  // reduce-scatter then carries. Recorded with 2.15 (tests/data/golden/fsdp2.json).
+  bool fsdp2_grads_in_param_dtype() const { return !at_least(2, 15); }
+  bool at_least(int maj, int min) const { return major > maj || (major == maj && minor >= min); }
   std::string str() const;
 };
 
+// The fully_shard a step means, by PyTorch's import path: FSDP1's composable
+// torch.distributed._composable.fully_shard (the seeds, PyTorch 2.1-2.5; one flat parameter per
+// wrapped unit) and the FullyShardedDataParallel wrapper are FullyShardStep; FSDP2's
+// torch.distributed.fsdp.fully_shard (PyTorch 2.6+; torch.distributed._composable.fsdp from 2.4)
+// is FullyShard2Step.
 enum class CommHook { none, allreduce, fp16_compress, bf16_compress };
 
 struct ReplicateStep {
@@ -61,6 +78,27 @@ struct FullyShardStep {
   std::vector<std::string> ignored_modules;
 };
 
+// FSDP2: fully_shard(module, mesh, reshard_after_forward, mp_policy, offload_policy). The module's
+// parameters not managed by an earlier fully_shard (on a submodule) become one parameter group, each
+// parameter sharded Shard(0) with dim 0 padded to the shard group; one all-gather and one
+// reduce-scatter per group (and an all-reduce over the replicate dim for HSDP).
+struct FullyShard2Step {
+  std::string module;
+  std::vector<std::string> mesh_dims;  // 1 dim (FSDP), or 2 (replicate, shard) for HSDP
+  // true: free the unsharded parameters after forward and all-gather again in backward; false: keep
+  // them until backward ends. Unset: true, except for the root (see TorchVersion). An int k is read
+  // as PyTorch reads it: 1 is false, the shard group's size is true; other factors (resharding to
+  // groups of k ranks) are refused as not modelled.
+  std::optional<bool> reshard_after_forward;
+  std::optional<std::int64_t> reshard_after_forward_ranks;
+  std::optional<DType> param_dtype, reduce_dtype, output_dtype;  // MixedPrecisionPolicy
+  bool cast_forward_inputs = true;
+  bool offload_params = false;  // CPUOffloadPolicy
+  // With gradient accumulation: set_reshard_after_backward(False) on the micro-steps that do not
+  // synchronise (set_requires_gradient_sync(False)), so the next forward needs no all-gather.
+  bool reshard_after_backward_in_accumulation = true;
+};
+
 // full: checkpoint(module) recomputes the whole region in backward. selective_op: torchtitan's
 // op-level selective checkpointing (create_selective_checkpoint_contexts): the outputs of
 // flash attention and of every second matmul (aten.mm) are kept from the forward, the rest of
@@ -89,7 +127,8 @@ struct DistributeModuleStep {
   bool output_to_local = true;
 };
 
-using PlanStepBody = std::variant<ReplicateStep, FullyShardStep, CheckpointStep, ParallelizeStep, DistributeModuleStep>;
+using PlanStepBody =
+    std::variant<ReplicateStep, FullyShardStep, FullyShard2Step, CheckpointStep, ParallelizeStep, DistributeModuleStep>;
 
 struct PlanStep {
   PlanStepBody body;

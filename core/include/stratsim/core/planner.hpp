@@ -28,11 +28,11 @@ struct PlanOptions {
 // One collective as seen from the planned rank.
 struct CollectiveRecord {
   int iteration = 1;
-  int op_id = 0;  // ProgramOp id
+  int op_id = 0;   // ProgramOp id
   std::string op;  // CommDebugMode key without "torch.ops."
   CollectiveKind kind = CollectiveKind::all_reduce;
-  std::string group;         // mesh dims of the group, "dp"
-  int group_id = 0;          // Program::groups index; PlanResult::group_ranks has the ranks
+  std::string group;  // mesh dims of the group, "dp"
+  int group_id = 0;   // Program::groups index; PlanResult::group_ranks has the ranks
   std::int64_t bytes = 0, input_bytes = 0, output_bytes = 0;
   DType dtype = DType::float32;
   Phase phase = Phase::forward;
@@ -54,38 +54,51 @@ struct DdpReport {
   std::vector<int> group_dims;  // mesh dims of `group`
   int group_size = 1;
   CommHook comm_hook = CommHook::none;
-  bool init_sync = true;  // module states broadcast from the group's first rank at construction
-  std::vector<std::string> params;     // DDP variable order (replicate's _param_names)
-  std::vector<DdpBucket> initial;      // construction-time buckets
-  std::vector<DdpBucket> rebuilt;      // after the first synced backward; empty if never rebuilt
-  int rebuilt_at_iteration = 0;        // forward that rebuilds (0 = never)
-  std::vector<DdpBucket> compiled;     // Inductor fused buckets (compiled DDP, python_reducer)
+  bool init_sync = true;            // module states broadcast from the group's first rank at construction
+  std::vector<std::string> params;  // DDP variable order (replicate's _param_names)
+  std::vector<DdpBucket> initial;   // construction-time buckets
+  std::vector<DdpBucket> rebuilt;   // after the first synced backward; empty if never rebuilt
+  int rebuilt_at_iteration = 0;     // forward that rebuilds (0 = never)
+  std::vector<DdpBucket> compiled;  // Inductor fused buckets (compiled DDP, python_reducer)
 };
 
 struct FsdpUnitReport {
-  std::string module;   // unit root FQN
-  std::string group;    // shard group dims
+  std::string module;           // unit root FQN
+  std::string group;            // shard group dims
   std::string replicate_group;  // HSDP inter group dims, "" otherwise
   bool root = false;
   std::vector<int> group_dims, replicate_dims;  // mesh dims of `group` and `replicate_group`
   std::vector<std::string> params;
   std::vector<std::int64_t> offsets;  // per param: where its local elements start in the flat parameter
-  std::int64_t numel = 0;          // N (with alignment padding)
-  std::int64_t shard_numel = 0;    // S = ceil(N / W)
-  std::int64_t padded_numel = 0;   // W * S
+  std::int64_t numel = 0;             // N (with alignment padding)
+  std::int64_t shard_numel = 0;       // S = ceil(N / W)
+  std::int64_t padded_numel = 0;      // W * S
   ShardingStrategy strategy = ShardingStrategy::full_shard;
   bool sync_module_states = false;
 };
 
+// An FSDP2 parameter group: one fully_shard call's parameters, each its own Shard(0) DTensor.
+struct FsdpParamGroupReport {
+  std::string module;
+  std::string group, replicate_group;  // shard dims; replicate dims for HSDP ("" otherwise)
+  std::vector<int> group_dims, replicate_dims;
+  bool root = false;
+  bool reshard_after_forward = true;  // as it runs: false for the root
+  std::vector<std::string> params;
+  std::vector<std::int64_t> shard_numels;  // per param: ceil(dim0 / W) rows, the rank's padded shard
+  std::int64_t shard_numel = 0;            // the all-gather's input per rank (sum of shard_numels)
+  std::int64_t unsharded_numel = 0;        // W * shard_numel
+};
+
 struct MemoryReport {
-  std::int64_t parameters = 0;        // resident parameter storage (sharded where FSDP shards)
-  std::int64_t gradients = 0;         // resident gradients after backward
+  std::int64_t parameters = 0;  // resident parameter storage (sharded where FSDP shards)
+  std::int64_t gradients = 0;   // resident gradients after backward
   std::int64_t optimizer_state = 0;
   std::int64_t ddp_bucket_buffers = 0;
-  std::int64_t activations = 0;       // peak saved activations (forward end)
+  std::int64_t activations = 0;            // peak saved activations (forward end)
   std::int64_t unsharded_params_peak = 0;  // FSDP unsharded flat parameters alive at once, peak
-  std::int64_t peak = 0;              // peak of everything above over the step
-  std::string peak_at;                // op name where the peak occurs
+  std::int64_t peak = 0;                   // peak of everything above over the step
+  std::string peak_at;                     // op name where the peak occurs
   std::optional<double> device_memory_bytes;
   bool out_of_memory = false;
 };
@@ -96,6 +109,7 @@ struct ParamLayout {
   Placement placement;                    // on tp_dims; Replicate when not a DTensor
   std::vector<int> tp_dims;               // empty when not a DTensor
   int fsdp_unit = -1;                     // index into PlanResult::fsdp
+  int fsdp2_group = -1;                   // index into PlanResult::fsdp2
   int ddp = -1;                           // index into PlanResult::ddp
 };
 
@@ -123,6 +137,7 @@ struct PlanResult {
   std::vector<std::vector<int>> group_ranks;  // per Program group: the planned rank's members
   std::vector<DdpReport> ddp;
   std::vector<FsdpUnitReport> fsdp;
+  std::vector<FsdpParamGroupReport> fsdp2;
   std::vector<ParamLayout> params;  // per model parameter (Model::params order)
   // How the model input is laid out over the first tensor-parallel module's dims (Shard(0): the
   // ranks of a tp group feed different rows; Replicate: the same rows). Replicate, no dims,

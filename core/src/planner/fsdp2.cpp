@@ -1,0 +1,321 @@
+#include "fsdp2.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "stratsim/core/errors.hpp"
+
+namespace stratsim::core::planner {
+
+FullyShard2::FullyShard2(PlanContext& context, ProgramBuilder& builder, BackwardTape& tape)
+    : context_(context), builder_(builder), tape_(tape) {
+  group_of_module_.assign(context.model.modules.size(), -1);
+  index_in_group_.assign(context.model.params.size(), -1);
+  has_grad_.assign(context.model.params.size(), false);
+}
+
+void FullyShard2::apply_fully_shard(const FullyShard2Step& step, const PlanStep& where) {
+  const Model& model = context_.model;
+  const int m = context_.module_or_fail(step.module, where.where);
+  // FSDP1's composable fully_shard and FSDP2's register under the same name with
+  // @contract, so either refuses a module the other already took.
+  if (context_.fully_shard_step[m] >= 0)
+    throw PlanError(
+        fmt::format("{}: Each distinct composable distributed API can only be applied to a module once. "
+                    "fully_shard has already been applied to the following module: {}",
+                    where.where, model.modules[m].type));
+  context_.fully_shard_step[m] = where.index;
+  Group group;
+  group.module = m;
+  group.config = step;
+  const std::vector<int> dims = context_.dims_of(step.mesh_dims);
+  if (dims.size() == 2) {
+    group.replicate_dims = {dims[0]};
+    group.shard_dims = {dims[1]};
+  } else {
+    group.shard_dims = dims;
+  }
+  group.world = context_.mesh.group_size(group.shard_dims);
+  if (step.reshard_after_forward_ranks) {
+    // _get_post_forward_mesh_info's rules and words.
+    const std::int64_t k = *step.reshard_after_forward_ranks;
+    if (k < 1 || k > group.world || group.world % k != 0)
+      throw PlanError(fmt::format("{}: If passing reshard_after_forward as an int, it should be a factor of {}, not {}",
+                                  where.where, group.world, k));
+    if (k != 1 && k != group.world)
+      throw PlanError(
+          fmt::format("{}: reshard_after_forward={} reshards to groups of {} ranks, which stratsim does not "
+                      "model yet; use true or false",
+                      where.where, k, k));
+    group.config.reshard_after_forward = k != 1;
+  }
+  const int id = static_cast<int>(groups_.size());
+  // _get_managed_states: the module's parameters, less those of submodules that a fully_shard
+  // (or replicate) already manages; frozen parameters are sharded too.
+  std::vector<bool> skip(model.modules.size(), false);
+  for (int sub = m; sub < model.modules[m].subtree_end; ++sub) {
+    if (skip[sub]) continue;
+    const bool managed = sub != m && (context_.fully_shard_step[sub] >= 0 || context_.replicate_step[sub] >= 0);
+    if (managed) {
+      for (int s = sub; s < model.modules[sub].subtree_end; ++s) skip[s] = true;
+      continue;
+    }
+    for (int p : model.modules[sub].params) {
+      ParamState& state = context_.params[p];
+      if (state.fsdp2_group >= 0 || state.fsdp_unit >= 0 || state.ddp >= 0) continue;
+      state.fsdp2_group = id;
+      index_in_group_[p] = static_cast<int>(group.params.size());
+      group.params.push_back(p);
+    }
+  }
+  if (!group.params.empty()) group.orig_dtype = model.params[group.params.front()].dtype;
+  // FSDPParam._init_sharded_param: chunk dim 0 into W pieces of ceil(dim0 / W) rows, padding the
+  // last ones; the all-gather's input is every parameter's padded shard back to back.
+  for (int p : group.params) {
+    const std::vector<std::int64_t>& shape = context_.params[p].local_shape;
+    std::int64_t rest = 1;
+    for (std::size_t i = 1; i < shape.size(); ++i) rest *= shape[i];
+    const std::int64_t rows = shape.empty() ? 1 : ceil_div(shape[0], group.world);
+    group.shard_numels.push_back(rows * rest);
+    group.shard_numel += rows * rest;
+  }
+  group_of_module_[m] = id;
+  groups_.push_back(std::move(group));
+}
+
+// The root is the outermost fully_shard: no ancestor has one. Lazy init keeps the root's
+// parameters unsharded after forward (backward needs them at once).
+void FullyShard2::mark_roots() {
+  const Model& model = context_.model;
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    Group& group = groups_[g];
+    group.root = true;
+    group.root_group = static_cast<int>(g);
+    for (int a = model.modules[group.module].parent; a >= 0; a = model.modules[a].parent)
+      if (group_of_module_[a] >= 0) {
+        group.root = false;
+        group.root_group = group_of_module_[a];  // outermost ancestor wins: keep climbing
+      }
+  }
+  post_forward_order_.assign(groups_.size(), {});
+  pre_order_.clear();
+  for (std::size_t m = 0; m < model.modules.size(); ++m)
+    if (group_of_module_[m] >= 0) pre_order_.push_back(group_of_module_[m]);
+}
+
+DType FullyShard2::compute_dtype(int group) const { return groups_[group].param_dtype(); }
+
+bool FullyShard2::reshard_after_forward(const Group& group) const {
+  if (!group.root) return group.config.reshard_after_forward.value_or(true);
+  if (!context_.plan.torch_version.fsdp2_root_honours_reshard_after_forward()) return false;
+  return group.config.reshard_after_forward.value_or(false);
+}
+
+// A shard group of one rank copies instead of gathering from 2.9 (PR #160135).
+bool FullyShard2::gathers(const Group& group) const {
+  return group.world > 1 || context_.plan.torch_version.fsdp2_gathers_one_rank();
+}
+
+void FullyShard2::begin_iteration() {
+  for (std::vector<int>& order : post_forward_order_) order.clear();
+  callback_roots_.clear();
+  for (Group& group : groups_) {
+    group.pre_backward_done = false;
+    group.post_backward_done = false;
+  }
+}
+
+void FullyShard2::unshard(int g, Phase phase, const char* why) {
+  Group& group = groups_[g];
+  if (group.unsharded || group.params.empty()) return;
+  group.unsharded = true;
+  const DType dtype = group.param_dtype();
+  const int d = dtype_size(dtype);
+  builder_.add_memory(group.unsharded_numel() * d, MemoryTracker::Kind::unsharded);
+  if (!gathers(group)) {
+    group.all_gather_op = -1;
+    return;
+  }
+  std::vector<std::string> names;
+  for (int p : group.params) names.push_back(context_.model.params[p].fqn);
+  // The shards it gathers are the ones the last optimizer step wrote.
+  std::vector<int> deps;
+  if (builder_.last_optimizer_op >= 0) deps.push_back(builder_.last_optimizer_op);
+  group.all_gather_op =
+      builder_.collective({.kind = CollectiveKind::all_gather,
+                           .key = "c10d._allgather_base_",
+                           .dims = group.shard_dims,
+                           .bytes = group.unsharded_numel() * d,
+                           .input_bytes = group.shard_numel * d,
+                           .output_bytes = group.unsharded_numel() * d,
+                           .dtype = dtype,
+                           .stream = "fsdp.all_gather",
+                           .phase = phase,
+                           .module = group.module,
+                           .reason = fmt::format("fsdp2 group {} ({})", context_.label(group.module), why),
+                           .params = std::move(names),
+                           .deps = std::move(deps),
+                           .role = OpRole::fsdp_unshard});
+}
+
+void FullyShard2::reshard(int g) {
+  Group& group = groups_[g];
+  if (!group.unsharded) return;
+  group.unsharded = false;
+  builder_.add_memory(-group.unsharded_numel() * dtype_size(group.param_dtype()), MemoryTracker::Kind::unsharded);
+}
+
+void FullyShard2::pre_forward(int module, Mode mode, bool input_requires_grad) {
+  const int g = group_of_module_[module];
+  if (g < 0) return;
+  if (mode == Mode::replay) {
+    // Recomputation in backward: the pre-backward hook has gathered the group already, unless the
+    // region reaches a group whose outputs have no gradient yet.
+    unshard(g, Phase::recompute, "recompute pre-forward");
+    return;
+  }
+  unshard(g, Phase::forward, "pre-forward");
+  // RegisterPostBackwardFunction on the inputs that need a gradient: it runs once autograd has
+  // passed back through the whole module, i.e. after every tape entry the module pushes now.
+  if (input_requires_grad)
+    tape_.push([this, g]() {
+      if (!groups_[g].post_backward_done) post_backward(g);
+    });
+}
+
+void FullyShard2::post_forward(int module, Mode mode) {
+  const int g = group_of_module_[module];
+  if (g < 0 || mode == Mode::replay) return;
+  if (reshard_after_forward(groups_[g])) reshard(g);
+  std::vector<int>& order = post_forward_order_[groups_[g].root_group];
+  order.push_back(g);
+  const int index = static_cast<int>(order.size()) - 1;
+  // register_multi_grad_hook on the outputs: the first output gradient runs the pre-backward.
+  tape_.push_output_hook([this, g, index]() { pre_backward(g, index); });
+}
+
+// FSDPParamGroup.pre_backward: gather the group, then prefetch the group whose post-forward ran
+// just before this one's under the same root (_backward_prefetch), so its all-gather overlaps this
+// group's backward. The first pre-backward under a root queues that root's final callback.
+void FullyShard2::pre_backward(int g, int index) {
+  Group& group = groups_[g];
+  if (group.pre_backward_done) return;
+  group.pre_backward_done = true;
+  if (std::find(callback_roots_.begin(), callback_roots_.end(), group.root_group) == callback_roots_.end())
+    callback_roots_.push_back(group.root_group);
+  unshard(g, Phase::backward, "pre-backward");
+  if (index > 0) unshard(post_forward_order_[group.root_group][index - 1], Phase::backward, "backward prefetch");
+}
+
+// FSDPParamGroup.post_backward: reshard, then one reduce-scatter of every gradient the group has
+// (foreach_reduce), cast to reduce_dtype; HSDP all-reduces the reduced shard over the replicate
+// dim. Without gradient sync the gradients stay unsharded and accumulate.
+void FullyShard2::post_backward(int g) {
+  Group& group = groups_[g];
+  group.post_backward_done = true;
+  const bool reshard_after_backward = context_.sync || group.config.reshard_after_backward_in_accumulation;
+  if (reshard_after_backward) reshard(g);
+  if (!context_.sync || !group.grads_pending) return;
+  const DType reduce = group.reduce_dtype(context_.plan.torch_version);
+  const int d = dtype_size(reduce);
+  std::int64_t shard = 0;
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < group.params.size(); ++i) {
+    const int p = group.params[i];
+    if (!has_grad_[p]) continue;
+    has_grad_[p] = false;
+    shard += group.shard_numels[i];
+    names.push_back(context_.model.params[p].fqn);
+  }
+  group.grads_pending = false;
+  const std::string& label = context_.label(group.module);
+  int id = builder_.last_compute;
+  const bool scatters = group.world > 1 || context_.plan.torch_version.fsdp2_reduce_scatters_one_rank();
+  if (scatters)
+    id = builder_.collective({.kind = CollectiveKind::reduce_scatter,
+                              .key = "c10d._reduce_scatter_base_",
+                              .dims = group.shard_dims,
+                              .bytes = shard * group.world * d,
+                              .input_bytes = shard * group.world * d,
+                              .output_bytes = shard * d,
+                              .dtype = reduce,
+                              .stream = "fsdp.reduce_scatter",
+                              .phase = Phase::backward,
+                              .module = group.module,
+                              .reason = fmt::format("fsdp2 group {} (post-backward)", label),
+                              .params = names,
+                              .deps = {builder_.last_compute},
+                              .role = OpRole::fsdp_reduce_grad});
+  if (!group.replicate_dims.empty())
+    id = builder_.collective({.kind = CollectiveKind::all_reduce,
+                              .key = "c10d.allreduce_",
+                              .dims = group.replicate_dims,
+                              .bytes = shard * d,
+                              .dtype = reduce,
+                              .stream = "fsdp.all_reduce",
+                              .phase = Phase::backward,
+                              .module = group.module,
+                              .reason = fmt::format("fsdp2 group {} (HSDP replicate)", label),
+                              .params = std::move(names),
+                              .deps = {id},
+                              .role = OpRole::fsdp_replicate_grad});
+  if (id >= 0) builder_.iteration_grad_ops.push_back(id);
+  // The unsharded gradients become the rank's sharded ones, in the parameters' dtype.
+  builder_.add_memory(shard * dtype_size(group.orig_dtype) - group.unsharded_grad_bytes, MemoryTracker::Kind::gradient);
+  group.unsharded_grad_bytes = 0;
+}
+
+// _root_post_backward_final_callback, per root in the order the callbacks were queued: every group
+// under it whose post-backward did not run (its inputs needed no gradient, so no hook fired), in
+// module pre-order. The root's reduction thus comes last unless its inputs needed a gradient.
+void FullyShard2::end_backward() {
+  for (int root : callback_roots_)
+    for (int g : pre_order_)
+      if (groups_[g].root_group == root && !groups_[g].post_backward_done) post_backward(g);
+}
+
+int FullyShard2::all_gather_op(int p) const {
+  const int g = context_.params[p].fsdp2_group;
+  return g >= 0 ? groups_[g].all_gather_op : -1;
+}
+
+void FullyShard2::grad_ready(int p, int /*producer*/) {
+  Group& group = groups_[context_.params[p].fsdp2_group];
+  if (has_grad_[p]) return;  // accumulates into the unsharded gradient it already has
+  has_grad_[p] = true;
+  group.grads_pending = true;
+  // The gradient autograd writes is the unsharded parameter's, in the dtype it is reduced in.
+  const std::int64_t bytes = group.shard_numels[index_in_group_[p]] * group.world *
+                             dtype_size(group.reduce_dtype(context_.plan.torch_version));
+  group.unsharded_grad_bytes += bytes;
+  builder_.add_memory(bytes, MemoryTracker::Kind::gradient);
+}
+
+std::vector<FullyShard2::Shard> FullyShard2::resident_shards() const {
+  std::vector<Shard> shards;
+  for (const Group& group : groups_)
+    if (!group.config.offload_params) shards.push_back({group.shard_numel, group.orig_dtype});
+  return shards;
+}
+
+void FullyShard2::report(PlanResult& result) const {
+  const Model& model = context_.model;
+  for (const Group& group : groups_) {
+    FsdpParamGroupReport report;
+    report.module = model.modules[group.module].fqn;
+    report.group = context_.group_name(group.shard_dims);
+    report.replicate_group = group.replicate_dims.empty() ? "" : context_.group_name(group.replicate_dims);
+    report.group_dims = group.shard_dims;
+    report.replicate_dims = group.replicate_dims;
+    report.root = group.root;
+    report.reshard_after_forward = reshard_after_forward(group);
+    for (int p : group.params) report.params.push_back(model.params[p].fqn);
+    report.shard_numels = group.shard_numels;
+    report.shard_numel = group.shard_numel;
+    report.unsharded_numel = group.unsharded_numel();
+    result.fsdp2.push_back(std::move(report));
+  }
+}
+
+}  // namespace stratsim::core::planner

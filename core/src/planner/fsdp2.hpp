@@ -1,0 +1,101 @@
+// FSDP2 (torch.distributed.fsdp.fully_shard, PyTorch 2.4+ as _composable.fsdp): one parameter group
+// per fully_shard call, each parameter its own DTensor sharded Shard(0) over the shard group with
+// dim 0 padded to a multiple of it. No flat parameter, no auto-wrap: a call takes the parameters
+// of its module that no fully_shard on a submodule took before it.
+//
+// Per group and iteration, as FSDPParamGroup runs it: pre-forward all-gathers the group (one
+// all_gather_into_tensor of every parameter's padded shard, cast to param_dtype); post-forward
+// frees it unless reshard_after_forward is false or the group is the root's; the pre-backward hook
+// on the group's outputs re-gathers it and prefetches the group that ran forward just before; the
+// post-backward hook on the group's inputs (or, when no input needs a gradient, the root's final
+// callback, groups in pre-order) reduce-scatters every gradient in one collective, then
+// all-reduces the shard over the replicate dim for HSDP.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backward_tape.hpp"
+#include "context.hpp"
+#include "program_builder.hpp"
+
+namespace stratsim::core::planner {
+
+class FullyShard2 {
+ public:
+  FullyShard2(PlanContext& context, ProgramBuilder& builder, BackwardTape& tape);
+
+  void apply_fully_shard(const FullyShard2Step& step, const PlanStep& where);
+  void mark_roots();  // once the plan is applied: the outermost groups run lazy init
+  int group_of_module(int module) const { return group_of_module_[module]; }
+  DType compute_dtype(int group) const;
+  bool empty() const { return groups_.empty(); }
+
+  void begin_iteration();
+  // `input_requires_grad`: whether the module's input needs a gradient, i.e. whether FSDP2's
+  // post-backward hook on the inputs fires (otherwise the root's final callback runs it).
+  void pre_forward(int module, Mode mode, bool input_requires_grad);
+  void post_forward(int module, Mode mode);
+  void end_backward();             // the root's post-backward final callback
+  int all_gather_op(int p) const;  // the all-gather compute reading parameter p waits for
+  void grad_ready(int p, int producer);
+
+  // What the rank stores on the device and its optimizer steps: each group's parameter shards
+  // (offloaded groups' live on the host).
+  struct Shard {
+    std::int64_t numel = 0;
+    DType dtype = DType::float32;
+  };
+  std::vector<Shard> resident_shards() const;
+  void report(PlanResult& result) const;
+
+ private:
+  struct Group {
+    int module = 0;
+    FullyShard2Step config;
+    std::vector<int> shard_dims, replicate_dims;
+    std::vector<int> params;  // registration order
+    std::vector<std::int64_t> shard_numels;
+    std::int64_t shard_numel = 0;  // all-gather input per rank
+    int world = 1;
+    DType orig_dtype = DType::float32;
+    bool root = false;
+    int root_group = 0;  // the root whose lazy init shares its contexts with this group
+    // runtime
+    bool unsharded = false;
+    bool pre_backward_done = false;
+    bool post_backward_done = false;
+    bool grads_pending = false;  // some parameter has a gradient not yet reduced
+    int all_gather_op = -1;
+    std::int64_t unsharded_grad_bytes = 0;  // accumulated without reduction (no sync)
+    DType param_dtype() const { return config.param_dtype.value_or(orig_dtype); }
+    // MixedPrecisionPolicy without reduce_dtype: see TorchVersion::fsdp2_grads_in_param_dtype.
+    DType reduce_dtype(const TorchVersion& version) const {
+      return config.reduce_dtype.value_or(version.fsdp2_grads_in_param_dtype() ? param_dtype() : orig_dtype);
+    }
+    std::int64_t unsharded_numel() const { return shard_numel * world; }
+  };
+
+  bool reshard_after_forward(const Group& group) const;
+  bool gathers(const Group& group) const;
+  void unshard(int g, Phase phase, const char* why);
+  void reshard(int g);
+  void pre_backward(int g, int post_forward_index);
+  void post_backward(int g);
+
+  PlanContext& context_;
+  ProgramBuilder& builder_;
+  BackwardTape& tape_;
+  std::vector<Group> groups_;
+  std::vector<int> group_of_module_;
+  // Per model parameter: its position in its group, and whether it holds a gradient not yet
+  // reduced (looked up per gradient: a scan of the group would make a whole-model group quadratic).
+  std::vector<int> index_in_group_;
+  std::vector<bool> has_grad_;
+  // Per root (FSDPCommContext.post_forward_order): this iteration's post-forwards, by group.
+  std::vector<std::vector<int>> post_forward_order_;
+  std::vector<int> pre_order_;       // groups in module pre-order (a final callback's order)
+  std::vector<int> callback_roots_;  // roots in the order their final callbacks were queued
+};
+
+}  // namespace stratsim::core::planner

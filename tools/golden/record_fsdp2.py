@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Record what real PyTorch's FSDP2 issues, as golden vectors for stratsim's planner.
+
+For each generated case (a small model, a device mesh, fully_shard calls with their options,
+gradient accumulation) this builds the model in PyTorch, applies FSDP2's fully_shard exactly as
+the stratsim plan says, trains a few micro-steps under PyTorch's fake process group (no peers;
+any world size; CPU tensors) and records every collective in issue order: the CommDebugMode key,
+the mesh dims of its group, the bytes of its input and output, and its dtype.
+
+The same case is written as a stratsim model document and plan, so that
+tests/core/golden_vectors_test.cpp can check the planner against every recorded collective.
+
+PyTorch is never stratsim's dependency: install it in a throw-away virtual environment
+(../shared/reference/modern-torch.md; README "Golden vectors") and run
+
+    python tools/golden/record_fsdp2.py --cases 48 --seed 1 -o tests/data/golden/fsdp2.json
+"""
+
+import argparse
+import collections
+import json
+import random
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.utils._python_dispatch import TorchDispatchMode
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "_dtensor")
+
+
+# ------------------------------------------------------------------------------------------------
+# Models: a stratsim model document and the nn.Module it describes.
+
+def random_model(rng):
+    """A root Sequential of Linears, ReLUs, RMSNorms and nested blocks, with odd widths so that
+    dim-0 padding is exercised."""
+    width = rng.choice([5, 8, 12, 13, 16, 24])
+    modules = []
+    used = 0
+
+    def linear(name, width):
+        out = rng.choice([3, 4, 7, 8, 16, 17, 32, 33])
+        return {"name": name, "type": "Linear", "in_features": width, "out_features": out,
+                "bias": rng.random() < 0.7}, out
+
+    input_width = width
+    for i in range(rng.randint(2, 4)):
+        kind = rng.random()
+        name = f"l{i}"
+        if kind < 0.45:
+            children = []
+            for j in range(rng.randint(1, 3)):
+                child, width = linear(f"fc{j}", width)
+                children.append(child)
+                if rng.random() < 0.5:
+                    children.append({"name": f"act{j}", "type": "ReLU"})
+            if rng.random() < 0.4:
+                children.append({"name": "norm", "type": "RMSNorm", "dim": width})
+            modules.append({"name": f"block{i}", "type": "Sequential", "children": children})
+        elif kind < 0.85:
+            module, width = linear(name, width)
+            modules.append(module)
+        else:
+            modules.append({"name": name, "type": "ReLU"})
+        used += 1
+    module, width = linear("head", width)
+    modules.append(module)
+    return {"name": "Sequential", "modules": modules}, input_width
+
+
+def build_module(spec):
+    kind = spec["type"]
+    if kind == "Linear":
+        return nn.Linear(spec["in_features"], spec["out_features"], bias=spec.get("bias", True))
+    if kind == "ReLU":
+        return nn.ReLU()
+    if kind == "RMSNorm":
+        return nn.RMSNorm(spec["dim"])
+    if kind == "Sequential":
+        return nn.Sequential(collections.OrderedDict((c["name"], build_module(c)) for c in spec["children"]))
+    raise ValueError(kind)
+
+
+def build_model(doc):
+    return nn.Sequential(collections.OrderedDict((m["name"], build_module(m)) for m in doc["modules"]))
+
+
+def submodule_names(doc):
+    """FQNs of every module below the root, in pre-order."""
+    names = []
+
+    def walk(spec, prefix):
+        fqn = prefix + spec["name"]
+        names.append((fqn, spec["type"]))
+        for child in spec.get("children", []):
+            walk(child, fqn + ".")
+
+    for m in doc["modules"]:
+        walk(m, "")
+    return names
+
+
+# ------------------------------------------------------------------------------------------------
+# Plans.
+
+def random_plan(rng, doc):
+    world = rng.choice([1, 2, 3, 4, 4, 6, 8])
+    hsdp = world >= 4 and world % 2 == 0 and rng.random() < 0.3
+    if hsdp:
+        replicate = 2
+        mesh = {"shape": [replicate, world // replicate], "dim_names": ["dp_replicate", "dp_shard"]}
+        mesh_dim = ["dp_replicate", "dp_shard"]
+    else:
+        mesh = {"shape": [world], "dim_names": ["dp"]}
+        mesh_dim = ["dp"]
+    # fully_shard on some submodules (deepest first, as torchtitan does), then usually the root.
+    candidates = [name for name, kind in submodule_names(doc) if kind in ("Sequential", "Linear")]
+    chosen = [name for name in candidates if rng.random() < 0.4]
+    chosen.sort(key=lambda name: -name.count("."))
+    calls = chosen + ([""] if rng.random() < 0.85 or not chosen else [])
+    # Mixed precision only with the root sharded: a module outside every group would get a
+    # bfloat16 input against float32 parameters.
+    precision = rng.choice([None, None, ("bfloat16", None), ("bfloat16", "float32")]) if "" in calls else None
+    accumulation = rng.choice([1, 1, 2, 3])
+    keep_unsharded = accumulation > 1 and rng.random() < 0.5
+    steps = []
+    for module in calls:
+        args = {"module": module, "mesh_dim": mesh_dim}
+        reshard = rng.random()
+        if reshard < 0.25:
+            args["reshard_after_forward"] = False
+        elif reshard < 0.5:
+            args["reshard_after_forward"] = True
+        if precision:
+            args["mp_policy"] = {"param_dtype": precision[0]}
+            if precision[1]:
+                args["mp_policy"]["reduce_dtype"] = precision[1]
+        if keep_unsharded:
+            args["reshard_after_backward_in_accumulation"] = False
+        steps.append({"torch.distributed.fsdp.fully_shard": args})
+    return {
+        "world_size": world,
+        "mesh": mesh,
+        "batch_size": rng.choice([1, 2, 3]),
+        "input_requires_grad": rng.random() < 0.25,
+        "iterations": 2 * accumulation,
+        "gradient_accumulation_steps": accumulation,
+        "torch_version": torch_version_rule(),
+        "steps": steps,
+    }
+
+
+def torch_version_rule():
+    major, minor = torch.__version__.split(".")[:2]
+    return f"{major}.{minor}"
+
+
+# ------------------------------------------------------------------------------------------------
+# Recording.
+
+class CollectiveRecorder(TorchDispatchMode):
+    """Logs every collective op in issue order, as CommDebugMode keys them."""
+
+    def __init__(self, group_names):
+        super().__init__()
+        self.group_names = group_names
+        self.records = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace in COLLECTIVE_NAMESPACES:
+            self.records.append(describe(func, args, self.group_names))
+        return func(*args, **kwargs)
+
+
+def tensors_of(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in tensors_of(v)]
+    return []
+
+
+def group_of(args, group_names):
+    for a in args:
+        if isinstance(a, torch.ScriptObject) and "ProcessGroup" in str(a):
+            pg = dist.ProcessGroup.unbox(a)
+            return group_names.get(pg.group_name, f"?{pg.group_name}")
+    return "?"
+
+
+def describe(func, args, group_names):
+    key = str(func._overloadpacket)
+    tensors = [t for a in args[:2] for t in tensors_of(a)]
+    nbytes = lambda t: t.numel() * t.element_size()
+    if key in ("c10d._allgather_base_", "c10d._reduce_scatter_base_"):
+        output, inp = tensors[0], tensors[1]
+    else:  # in place: allreduce_, broadcast_
+        output = inp = tensors[0]
+    return {"op": key, "group": group_of(args, group_names), "input_bytes": nbytes(inp),
+            "output_bytes": nbytes(output), "dtype": DTYPE_NAMES.get(inp.dtype, str(inp.dtype))}
+
+
+def record_case(doc, input_width, plan):
+    mesh_spec = plan["mesh"]
+    mesh = init_device_mesh("cpu", tuple(mesh_spec["shape"]), mesh_dim_names=tuple(mesh_spec["dim_names"]))
+    group_names = {mesh.get_group(name).group_name: name for name in mesh_spec["dim_names"]}
+    torch.manual_seed(0)
+    model = build_model(doc)
+    modules = dict(model.named_modules())
+    for step in plan["steps"]:
+        args = step["torch.distributed.fsdp.fully_shard"]
+        dims = args["mesh_dim"]
+        sub_mesh = mesh[tuple(dims)] if len(dims) > 1 else mesh[dims[0]]
+        policy = MixedPrecisionPolicy()
+        if "mp_policy" in args:
+            mp = args["mp_policy"]
+            policy = MixedPrecisionPolicy(param_dtype=DTYPES[mp["param_dtype"]],
+                                          reduce_dtype=DTYPES.get(mp.get("reduce_dtype")))
+        fully_shard(modules[args["module"]], mesh=sub_mesh,
+                    reshard_after_forward=args.get("reshard_after_forward"), mp_policy=policy)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    accumulation = plan["gradient_accumulation_steps"]
+    keep_unsharded = any(not s["torch.distributed.fsdp.fully_shard"].get("reshard_after_backward_in_accumulation", True)
+                         for s in plan["steps"])
+    roots = [modules[s["torch.distributed.fsdp.fully_shard"]["module"]] for s in plan["steps"]]
+    iterations = []
+    recorder = CollectiveRecorder(group_names)
+    with recorder:
+        for micro in range(1, plan["iterations"] + 1):
+            sync = micro % accumulation == 0
+            # set_requires_gradient_sync / set_reshard_after_backward recurse into the submodules'
+            # groups; calling them on every fully_shard module is what a plan without a single
+            # root needs.
+            for module in roots:
+                module.set_requires_gradient_sync(sync, recurse=False)
+                if keep_unsharded:
+                    module.set_reshard_after_backward(sync, recurse=False)
+            start = len(recorder.records)
+            x = torch.randn(plan["batch_size"], input_width, requires_grad=plan["input_requires_grad"])
+            model(x).sum().backward()
+            if sync:
+                optimizer.step()
+                optimizer.zero_grad()
+            iterations.append(recorder.records[start:])
+    return iterations
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=48)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("-o", "--output", required=True)
+    options = parser.parse_args()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    rng = random.Random(options.seed)
+    cases = []
+    while len(cases) < options.cases:
+        doc, input_width = random_model(rng)
+        plan = random_plan(rng, doc)
+        name = f"fsdp2_{len(cases):02d}"
+        # The fake group is created for the largest world; each case uses a mesh of its own size.
+        dist.destroy_process_group()
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan["world_size"])
+        cases.append({"name": name, "model": doc, "input_features": input_width, "plan": plan,
+                      "iterations": record_case(doc, input_width, plan)})
+        print(f"{name}: world {plan['world_size']}, {len(plan['steps'])} fully_shard calls, "
+              f"{sum(len(i) for i in cases[-1]['iterations'])} collectives", file=sys.stderr)
+    out = {"recorded_with": f"PyTorch {torch.__version__}, fake process group, CPU tensors",
+           "generator": "tools/golden/record_fsdp2.py", "seed": options.seed, "cases": cases}
+    with open(options.output, "w") as f:
+        f.write(compact_json(out))
+
+
+def compact_json(doc):
+    """The recording with one collective per line, so that a re-recording diffs line by line."""
+    head = {k: v for k, v in doc.items() if k != "cases"}
+    lines = ["{" + json.dumps(head)[1:-1] + ', "cases": [']
+    for i, case in enumerate(doc["cases"]):
+        meta = {k: v for k, v in case.items() if k != "iterations"}
+        lines.append(" {" + json.dumps(meta)[1:-1] + ', "iterations": [')
+        for j, iteration in enumerate(case["iterations"]):
+            records = [json.dumps(r) for r in iteration]
+            body = ("\n   " + ",\n   ".join(records) + "\n  ") if records else ""
+            lines.append("  [" + body + "]" + ("," if j + 1 < len(case["iterations"]) else ""))
+        lines.append(" ]}" + ("," if i + 1 < len(doc["cases"]) else ""))
+    lines.append("]}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
