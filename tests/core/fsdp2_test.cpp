@@ -3,12 +3,38 @@
 // vectors (golden_vectors_test.cpp) check the common behaviour against PyTorch 2.15 itself.
 #include <gtest/gtest.h>
 
+#include <map>
+
+#include "../random_cases.hpp"
 #include "planner_test_support.hpp"
 
 using namespace stratsim::core;
 using namespace stratsim::test;
+using nlohmann::json;
 
 namespace {
+
+int group_size_by_name(const Plan& plan, const std::string& name) {
+  if (name == "world") return plan.world_size;
+  const int dim = plan.mesh.dim_index(name);
+  EXPECT_GE(dim, 0) << name;
+  return dim >= 0 ? plan.mesh.dim_size(dim) : 0;
+}
+
+// Every rank issues the same (op, group, input, output, dtype) sequence.
+void check_same_sequence_on_every_rank(const Model& model, const Plan& plan, const PlanResult& r0) {
+  auto sequence = [](const PlanResult& r) {
+    std::vector<std::string> out;
+    for (const IterationRecord& it : r.iterations)
+      for (const CollectiveRecord& c : it.collectives)
+        out.push_back(c.op + c.group + std::to_string(c.input_bytes) + "/" + std::to_string(c.output_bytes) +
+                      std::string(dtype_name(c.dtype)));
+    return out;
+  };
+  const std::vector<std::string> reference = sequence(r0);
+  for (int rank = 1; rank < plan.world_size; ++rank)
+    EXPECT_EQ(sequence(plan_training(model, plan, {rank, 0})), reference) << "rank " << rank;
+}
 
 // Sequential(Linear(10,10), ReLU, Linear(10,10)): 220 float32 parameters.
 Model seq_model() {
@@ -167,4 +193,105 @@ TEST(Fsdp2, AccumulationSkipsReductionsAndOptionallyGathers) {
   EXPECT_EQ(ops_of(iteration(resharding, 2)).size(), 2u);  // gather, reduce-scatter
   EXPECT_EQ(ops_of(iteration(keeping, 2)),
             (std::vector<std::string>{"c10d._reduce_scatter_base_ fsdp2 group Sequential (post-backward)"}));
+}
+
+// Properties over random models and FSDP2 plans (1-D, HSDP, and dp x tp meshes with tensor
+// parallelism under FSDP2; roots below the model; accumulation; mixed precision; both sides of
+// every version rule): every trainable parameter in exactly one group; each all-gather moves W
+// times its input and each reduce-scatter W times its output, both as the group's report says for
+// the gathers; the all-reduce follows its reduce-scatter with the same bytes on the replicate dim;
+// no reduction on a micro-step that does not sync; every rank issues the same sequence.
+TEST(Fsdp2Properties, RandomModelsAndPlans) {
+  Random random(20261126);
+  int hsdp = 0, tp = 0, cases = 0;
+  for (int i = 0; i < 200; ++i) {
+    ModelGen gen{random};
+    const json model_doc = gen.model();
+    const Model model = random_case_model(model_doc);
+    const int kind = random.uniform(0, 2);  // 1-D; rep x shard; dp x tp
+    const std::vector<std::vector<int>> shapes{{2, 2}, {2, 3}, {3, 2}, {2, 4}};
+    json plan = {{"iterations", random.uniform(2, 4)},
+                 {"batch_size", random.uniform(1, 3)},
+                 {"input_requires_grad", random.chance(0.3)},
+                 {"torch_version", random.pick(std::vector<std::string>{"2.6", "2.8", "2.9", "2.10", "2.15"})}};
+    if (random.chance(0.3)) plan["gradient_accumulation_steps"] = 2;
+    json mesh_dim = nullptr;
+    json steps = json::array();
+    if (kind == 0) {
+      plan["world_size"] = random.pick(std::vector<int>{1, 2, 3, 4, 8});
+    } else {
+      const std::vector<int> shape = random.pick(shapes);
+      plan["world_size"] = shape[0] * shape[1];
+      const bool hybrid = kind == 1;
+      plan["mesh"] = {{"shape", shape}, {"dim_names", hybrid ? json{"rep", "shard"} : json{"dp", "tp"}}};
+      mesh_dim = hybrid ? json{"rep", "shard"} : json("dp");
+      hsdp += hybrid;
+      if (!hybrid) {
+        json entries = json::object();
+        for (const Module& m : model.modules)
+          if (m.leaf == LeafKind::linear && random.chance(0.5))
+            entries[m.fqn] = random.chance(0.5) ? "colwise" : "rowwise";
+        if (!entries.empty()) {
+          steps.push_back({{"parallelize_module", {{"module", ""}, {"mesh_dim", "tp"}, {"plan", entries}}}});
+          ++tp;
+        }
+      }
+    }
+    const bool mixed = random.chance(0.3), keep = random.chance(0.5);
+    auto call = [&](const std::string& module) {
+      json body = {{"module", module}, {"reshard_after_backward_in_accumulation", keep}};
+      if (!mesh_dim.is_null()) body["mesh_dim"] = mesh_dim;
+      if (random.chance(0.3)) body["reshard_after_forward"] = random.chance(0.5);
+      if (mixed) body["mp_policy"] = {{"param_dtype", "bfloat16"}};
+      return json{{"torch.distributed.fsdp.fully_shard", body}};
+    };
+    for (int m : disjoint_subtrees(model, random, random.uniform(0, 3)))
+      steps.push_back(call(model.modules[static_cast<std::size_t>(m)].fqn));
+    if (random.chance(0.8)) steps.push_back(call(""));
+    plan["steps"] = steps;
+    SCOPED_TRACE("case " + std::to_string(i) + "\nmodel: " + model_doc.dump() + "\nplan: " + plan.dump());
+    const Plan parsed = plan_from_json(plan.dump());
+    const PlanResult r0 = plan_training(model, parsed, {0, 0});
+    ++cases;
+
+    // One group per trainable parameter, or none (a plan without a root leaves some unmanaged).
+    std::map<std::string, int> owners;
+    for (const FsdpParamGroupReport& g : r0.fsdp2)
+      for (const std::string& p : g.params) ++owners[p];
+    for (const auto& [name, count] : owners) EXPECT_EQ(count, 1) << name;
+    for (std::size_t g = 0; g < r0.fsdp2.size(); ++g) {
+      const FsdpParamGroupReport& group = r0.fsdp2[g];
+      std::int64_t sum = 0;
+      for (std::int64_t n : group.shard_numels) sum += n;
+      EXPECT_EQ(sum, group.shard_numel);
+    }
+    for (const IterationRecord& it : r0.iterations) {
+      int last_scatter_output = -1;
+      for (const CollectiveRecord& c : it.collectives) {
+        if (c.reason.find("fsdp2") == std::string::npos) continue;
+        const int w = group_size_by_name(parsed, c.group);
+        if (c.op == "c10d._allgather_base_") {
+          EXPECT_EQ(c.output_bytes, w * c.input_bytes) << describe(c);
+          bool matches = false;
+          for (const FsdpParamGroupReport& g : r0.fsdp2)
+            matches = matches || (g.module == c.module && g.shard_numel * dtype_size(c.dtype) == c.input_bytes);
+          EXPECT_TRUE(matches) << describe(c);
+        } else if (c.op == "c10d._reduce_scatter_base_") {
+          EXPECT_EQ(c.input_bytes, w * c.output_bytes) << describe(c);
+          EXPECT_TRUE(it.sync) << describe(c);
+          last_scatter_output = static_cast<int>(c.output_bytes);
+        } else if (c.op == "c10d.allreduce_") {
+          EXPECT_TRUE(it.sync) << describe(c);
+          if (last_scatter_output >= 0) {
+            EXPECT_EQ(c.bytes, last_scatter_output) << describe(c);
+          }
+        }
+      }
+    }
+    check_same_sequence_on_every_rank(model, parsed, r0);
+    if (HasFailure()) break;
+  }
+  EXPECT_EQ(cases, 200);
+  EXPECT_GT(hsdp, 20);
+  EXPECT_GT(tp, 20);
 }
