@@ -2,8 +2,8 @@
 
 #include <array>
 
-#include <nlohmann/json.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "stratsim/core/enum_names.hpp"
 #include "stratsim/core/errors.hpp"
@@ -19,13 +19,14 @@ constexpr EnumNames<Phase, 5> kPhaseNames{{{{Phase::init, "init"},
                                             {Phase::recompute, "recompute"},
                                             {Phase::optimizer, "optimizer"}}}};
 
-constexpr EnumNames<CollectiveKind, 5> kCollectiveKindNames{{{{CollectiveKind::all_reduce, "all_reduce"},
+constexpr EnumNames<CollectiveKind, 6> kCollectiveKindNames{{{{CollectiveKind::all_reduce, "all_reduce"},
                                                               {CollectiveKind::all_gather, "all_gather"},
                                                               {CollectiveKind::reduce_scatter, "reduce_scatter"},
                                                               {CollectiveKind::broadcast, "broadcast"},
-                                                              {CollectiveKind::all_to_all, "all_to_all"}}}};
+                                                              {CollectiveKind::all_to_all, "all_to_all"},
+                                                              {CollectiveKind::scatter, "scatter"}}}};
 
-constexpr EnumNames<OpRole, 20> kRoleNames{{{{OpRole::none, "none"},
+constexpr EnumNames<OpRole, 21> kRoleNames{{{{OpRole::none, "none"},
                                              {OpRole::leaf, "leaf"},
                                              {OpRole::param_matmul, "param_matmul"},
                                              {OpRole::optimizer, "optimizer"},
@@ -44,7 +45,8 @@ constexpr EnumNames<OpRole, 20> kRoleNames{{{{OpRole::none, "none"},
                                              {OpRole::tp_output, "tp_output"},
                                              {OpRole::tp_grad_input, "tp_grad_input"},
                                              {OpRole::tp_grad_output, "tp_grad_output"},
-                                             {OpRole::tp_param_grad, "tp_param_grad"}}}};
+                                             {OpRole::tp_param_grad, "tp_param_grad"},
+                                             {OpRole::tp_distribute, "tp_distribute"}}}};
 
 // A JSON string naming a value of `names`' enum; anything else is an error at the node's path.
 template <typename Enum, std::size_t N>
@@ -101,8 +103,9 @@ nlohmann::json program_to_json(const Program& program) {
   doc["groups"] = groups;
   json ops = json::array();
   for (const ProgramOp& op : program.ops) {
-    json o = {{"id", op.id}, {"iteration", op.iteration}, {"name", op.name}, {"module", op.module},
-              {"phase", phase_name(op.phase)}, {"stream", op.stream}, {"deps", op.deps}};
+    json o = {{"id", op.id},         {"iteration", op.iteration},     {"name", op.name},
+              {"module", op.module}, {"phase", phase_name(op.phase)}, {"stream", op.stream},
+              {"deps", op.deps}};
     if (op.role != OpRole::none) o["role"] = op_role_name(op.role);
     if (op.type == OpType::compute) {
       o["type"] = "compute";
@@ -190,7 +193,8 @@ Program program_from_json(const nlohmann::json& document, const std::string& ori
 
 Program program_from_json(const JsonReader& doc) {
   doc.allow_only({"format", "version", "world_size", "mesh", "iterations", "streams", "groups", "ops"});
-  if (doc.get_string("format", "") != "stratsim.program") doc.fail("not a stratsim program (format must be \"stratsim.program\")");
+  if (doc.get_string("format", "") != "stratsim.program")
+    doc.fail("not a stratsim program (format must be \"stratsim.program\")");
   if (doc.at("version").as_int() != 1) doc.at("version").fail("unsupported program version (expected 1)");
   Program program;
   const std::int64_t world_size = doc.at("world_size").as_int();

@@ -106,6 +106,13 @@ std::string text_report(const Model& model, const Plan& plan, const PlanResult& 
                          g.reshard_after_forward ? "reshards after forward" : "kept unsharded after forward",
                          thousands(g.shard_numel), thousands(g.unsharded_numel), param_list(g.params, 4)));
   }
+  if (!result.setup.empty()) {
+    line("");
+    line(fmt::format("setup (while the plan is applied, before iteration 1): {} collectives", result.setup.size()));
+    for (const CollectiveRecord& c : result.setup)
+      line(fmt::format("  {:<10} {:<40} {:<6} {:>14} B {:<8} {}", phase_name(c.phase), c.op, c.group,
+                       thousands(c.bytes), dtype_name(c.dtype), c.reason));
+  }
   for (const IterationRecord& it : result.iterations) {
     line("");
     line(fmt::format("iteration {}{}: {} collectives, {:.4g} GFLOP compute", it.index, it.sync ? "" : " (no_sync)",
@@ -154,22 +161,28 @@ nlohmann::json json_report(const Model& model, const Plan& plan, const PlanResul
   doc["coordinate"] = result.coordinate;
   json iterations = json::array();
   std::map<std::string, std::int64_t> bytes_by_group;
+  auto collective_json = [&](const CollectiveRecord& c) {
+    return json{{"op", c.op},
+                {"kind", collective_kind_name(c.kind)},
+                {"group", c.group},
+                {"ranks", result.group_ranks[c.group_id]},
+                {"bytes", c.bytes},
+                {"input_bytes", c.input_bytes},
+                {"output_bytes", c.output_bytes},
+                {"dtype", dtype_name(c.dtype)},
+                {"phase", phase_name(c.phase)},
+                {"module", c.module},
+                {"reason", c.reason},
+                {"params", c.params},
+                {"program_op", c.op_id}};
+  };
+  json setup = json::array();
+  for (const CollectiveRecord& c : result.setup) setup.push_back(collective_json(c));
+  doc["setup"] = std::move(setup);
   for (const IterationRecord& it : result.iterations) {
     json collectives = json::array();
     for (const CollectiveRecord& c : it.collectives) {
-      collectives.push_back({{"op", c.op},
-                             {"kind", collective_kind_name(c.kind)},
-                             {"group", c.group},
-                             {"ranks", result.group_ranks[c.group_id]},
-                             {"bytes", c.bytes},
-                             {"input_bytes", c.input_bytes},
-                             {"output_bytes", c.output_bytes},
-                             {"dtype", dtype_name(c.dtype)},
-                             {"phase", phase_name(c.phase)},
-                             {"module", c.module},
-                             {"reason", c.reason},
-                             {"params", c.params},
-                             {"program_op", c.op_id}});
+      collectives.push_back(collective_json(c));
       if (&it == &result.iterations.back()) bytes_by_group[c.group] += c.bytes;
     }
     iterations.push_back({{"index", it.index},

@@ -248,6 +248,7 @@ double busbw_factor(CollectiveKind kind, int p) {
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter:
     case CollectiveKind::all_to_all:
+    case CollectiveKind::scatter:  // nccl-tests: (p-1)/p, the root sends all but its own chunk
       return static_cast<double>(p - 1) / p;
     case CollectiveKind::broadcast:
       return 1.0;

@@ -294,6 +294,8 @@ GlooCost gloo_cost(CollectiveKind kind, int p) {
       return {1, q - 1};
     case CollectiveKind::all_to_all:  // pairwise
       return {p - 1, (q - 1) / q};
+    case CollectiveKind::scatter:  // one-to-all: the root sends each rank its block
+      return {1, (q - 1) / q};
   }
   return {};
 }

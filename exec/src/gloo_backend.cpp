@@ -32,6 +32,7 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/redis_store.h>
+#include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
@@ -130,6 +131,8 @@ class GlooCommunicator : public Communicator {
         return "gloo one-to-all";
       case core::CollectiveKind::all_to_all:
         return "gloo pairwise";
+      case core::CollectiveKind::scatter:
+        return "gloo one-to-all";
     }
     return "gloo";
   }
@@ -159,6 +162,7 @@ class GlooCommunicator : public Communicator {
         ok = ok && out == in * p;
         break;
       case core::CollectiveKind::reduce_scatter:
+      case core::CollectiveKind::scatter:  // every rank passes the root's whole buffer's size
         ok = ok && in == out * p;
         break;
       case core::CollectiveKind::all_to_all:
@@ -220,6 +224,20 @@ class GlooCommunicator : public Communicator {
         opts.setTag(call.tag);
         opts.setTimeout(timeout_);
         gloo::alltoall(opts);
+        break;
+      }
+      case core::CollectiveKind::scatter: {
+        // The root sends chunk k of its buffer to rank k; the others only receive.
+        gloo::ScatterOptions opts(context_);
+        std::vector<T*> chunks;
+        if (rank() == call.root)
+          for (int k = 0; k < size(); ++k) chunks.push_back(typed<T>(call.input) + k * elements_out);
+        if (rank() == call.root) opts.setInputs(chunks, elements_out);
+        opts.setOutput(typed<T>(call.output), elements_out);
+        opts.setRoot(call.root);
+        opts.setTag(call.tag);
+        opts.setTimeout(timeout_);
+        gloo::scatter(opts);
         break;
       }
     }

@@ -290,6 +290,9 @@ class NcclCommunicator : public Communicator {
       case core::CollectiveKind::all_to_all:
         all_to_all(call, type, element, what);
         break;
+      case core::CollectiveKind::scatter:
+        scatter(call, type, element, what);
+        break;
     }
     wait_for(stream_, comm_, timeout_, what);
   }
@@ -303,6 +306,18 @@ class NcclCommunicator : public Communicator {
       check(ncclSend(call.input.data() + peer * block, block / element, type, peer, comm_, stream_), what);
       check(ncclRecv(call.output.data() + peer * block, block / element, type, peer, comm_, stream_), what);
     }
+    check(ncclGroupEnd(), what);
+  }
+
+  // NCCL has no scatter either (ProcessGroupNCCL::scatter is the same): the root sends each rank
+  // its block, every rank receives its own.
+  void scatter(const CollectiveCall& call, ncclDataType_t type, std::size_t element, const std::string& what) {
+    const std::size_t block = call.output.size();
+    check(ncclGroupStart(), what);
+    if (rank_ == call.root)
+      for (int peer = 0; peer < size_; ++peer)
+        check(ncclSend(call.input.data() + peer * block, block / element, type, peer, comm_, stream_), what);
+    check(ncclRecv(call.output.data(), block / element, type, call.root, comm_, stream_), what);
     check(ncclGroupEnd(), what);
   }
 

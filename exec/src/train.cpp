@@ -189,6 +189,9 @@ class Trainer {
         return dtensor_.redistribute_op(op, grad_);
       case OpRole::tp_param_grad:
         return dtensor_.sum_partial_grad(op);
+      case OpRole::tp_distribute:
+        dtensor_.distribute(op);
+        return fsdp_.refresh_shards();
       case OpRole::none:
         break;
     }

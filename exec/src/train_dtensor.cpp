@@ -149,6 +149,32 @@ void DtensorLayouts::sum_partial_grad(const core::ProgramOp& op) {
   partial.setZero();
 }
 
+void DtensorLayouts::distribute(const core::ProgramOp& op) {
+  if (op.params.empty()) throw std::runtime_error(fmt::format("no parameter"));
+  const int p = state_.param_of(op.params.front());
+  Matrix& local = state_.params[p];
+  std::span<float> mine = span_of(local);
+  if (op.kind == core::CollectiveKind::broadcast)
+    return state_.collective(op, op.kind, core::DType::float32, bytes_of(mine), bytes_of(mine));
+  Communicator& comm = state_.comm_of(op);
+  const int n = comm.size();
+  std::vector<float> whole(local.size() * static_cast<std::size_t>(n));
+  if (comm.rank() == 0) {
+    // The root holds the full parameter (as it was initialised) and sends member k its chunk k.
+    const Matrix full = init_parameters(state_.model, state_.options.seed)[static_cast<std::size_t>(p)];
+    const core::Placement placement = state_.planned.params[p].placement;
+    const int dim = full.rows() == 1 && state_.model.params[p].shape.size() == 1 ? 1 : placement.dim;
+    for (int k = 0; k < n; ++k) {
+      const Matrix piece = chunk(full, dim, n, k);
+      std::copy(piece.data(), piece.data() + piece.size(),
+                whole.begin() + static_cast<std::ptrdiff_t>(k * piece.size()));
+    }
+  }
+  std::vector<float> received(local.size());
+  state_.collective(op, op.kind, core::DType::float32, bytes_of(whole), bytes_of(received));
+  std::copy(received.begin(), received.end(), local.data());
+}
+
 // .grad, or for a Partial gradient this micro-step's own buffer, summed over the tp group
 // (from_local's backward) before it joins .grad: summing .grad itself would multiply what earlier
 // micro-steps accumulated.

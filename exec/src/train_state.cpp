@@ -83,8 +83,18 @@ void RankState::add_data_dims(const std::vector<int>& dims) {
 // doubled, so a program that forgets a broadcast (or its parameters) trains a different model.
 void RankState::perturb_unsynced_copies() {
   const std::vector<int> coordinate = program.mesh.coordinate(rank);
+  // distribute_tensor overwrites every tp member's copy from the group's first rank.
+  std::vector<bool> distributed(params.size(), false);
+  for (const core::ProgramOp& op : program.ops)
+    if (op.role == core::OpRole::tp_distribute && !op.params.empty())
+      if (const int p = model.find_param(op.params.front()); p >= 0) distributed[static_cast<std::size_t>(p)] = true;
   for (std::size_t p = 0; p < params.size(); ++p) {
     const core::ParamLayout& layout = planned.params[p];
+    if (distributed[p] &&
+        std::any_of(layout.tp_dims.begin(), layout.tp_dims.end(), [&](int d) { return coordinate[d] != 0; })) {
+      params[p] *= 2.0f;
+      continue;
+    }
     const bool synced = (layout.ddp >= 0 && planned.ddp[layout.ddp].init_sync) ||
                         (layout.fsdp_unit >= 0 && planned.fsdp[layout.fsdp_unit].sync_module_states);
     const std::vector<int> dims = synced ? wrapper_dims(static_cast<int>(p)) : std::vector<int>{};

@@ -164,6 +164,9 @@ class DtensorLayouts {
   void enter_boundaries(const core::ProgramOp& op, int leaf, Tensor& activation) const;
   void redistribute_op(const core::ProgramOp& op, Tensor& tensor);
   void sum_partial_grad(const core::ProgramOp& op);
+  // distribute_tensor from the group's first rank: its full parameter, scattered chunk by chunk
+  // (Shard) or broadcast (Replicate), replaces every member's copy.
+  void distribute(const core::ProgramOp& op);
   // Where backward puts parameter p's gradient (nullptr: it needs none).
   Matrix* grad_target(int p);
 

@@ -97,14 +97,20 @@ Verdict fold_group(const Program& program, int group, int k, const Geometry& geo
   return std::nullopt;
 }
 
-// Every collective on a group that folds must run an algorithm with a folded schedule.
-Verdict check_algorithms(const Program& program, const Folding& folding, const AlgorithmOf& algorithm_of) {
+// Every collective on a group that folds must run an algorithm with a folded schedule, and so must
+// one whose whole group is simulated but spans nodes: only the folding algorithms load the fabric
+// the same way on the folded cluster (a direct scatter from one root across nodes shares spine
+// links differently with fewer nodes, and its instances would finish at different times).
+Verdict check_algorithms(const Program& program, const Folding& folding, const AlgorithmOf& algorithm_of,
+                         const Geometry& geo) {
   std::map<std::tuple<int, std::int64_t, int, int>, bool> checked;
   for (const core::ProgramOp& op : program.ops) {
     if (op.type != core::OpType::collective) continue;
     const SimulatedGroup& group = folding.groups[op.group];
     for (int s = 0; s < static_cast<int>(group.instances.size()); ++s) {
-      if (static_cast<int>(group.instances[s].size()) == group.full_size) continue;
+      const std::vector<int>& members = group.instances[s];
+      const bool one_node = geo.node(members.front()) == geo.node(members.back());
+      if (static_cast<int>(members.size()) == group.full_size && one_node) continue;
       auto [it, fresh] = checked.try_emplace({static_cast<int>(op.kind), op.bytes, op.group, s}, true);
       if (!fresh) continue;
       const Algorithm algorithm = algorithm_of(op, group.stands_for[s].front());
@@ -172,7 +178,7 @@ Folding plan_folding(const Program& program, const PlatformSpec& platform, const
     Verdict verdict;
     for (int group = 0; group < static_cast<int>(program.groups.size()) && !verdict; ++group)
       verdict = fold_group(program, group, k, geo, folding.groups[group]);
-    if (!verdict) verdict = check_algorithms(program, folding, algorithm_of);
+    if (!verdict) verdict = check_algorithms(program, folding, algorithm_of, geo);
     if (!verdict) return folding;
     why = fmt::format("onto {} nodes: {}", k, *verdict);
   }

@@ -2,7 +2,8 @@
 // collective, for generated cases (tools/golden/record_*.py recorded them under the fake process
 // group; README "Golden vectors"). Every case's model and plan are planned here and each
 // iteration's collectives must match in order: CommDebugMode key, group, input and output bytes,
-// dtype. PyTorch is not needed to run this test, only to re-record.
+// dtype. A case's "init" (what applying the plan issued) is PlanResult::setup. PyTorch is not needed to run this test,
+// only to re-record.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -61,11 +62,17 @@ TEST_P(Fsdp2Golden, EveryCollectiveInOrder) {
   const PlanResult result = plan_training(model, plan, {});
   const nlohmann::json& iterations = c.at("iterations");
   ASSERT_EQ(result.iterations.size(), iterations.size());
+  // What applying the plan issued (parallelize_module's distribute_tensor), then each micro-step.
+  IterationRecord setup;
+  setup.collectives = result.setup;
+  EXPECT_EQ(planned(setup), c.contains("init") ? recorded(c.at("init")) : std::vector<std::string>{}) << "setup";
   for (std::size_t i = 0; i < iterations.size(); ++i)
     EXPECT_EQ(planned(result.iterations[i]), recorded(iterations[i])) << "iteration " << i + 1;
 }
 
 INSTANTIATE_TEST_SUITE_P(Recorded, Fsdp2Golden, testing::ValuesIn(load_cases("fsdp2.json")),
+                         [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(RecordedWithTensorParallel, Fsdp2Golden, testing::ValuesIn(load_cases("fsdp2_tp.json")),
                          [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
 
 // The recording is what the README says it is: enough cases, from a current PyTorch, and covering
@@ -92,6 +99,22 @@ TEST(Fsdp2GoldenFile, CoversTheOptionsFromACurrentPyTorch) {
   EXPECT_GE(accumulation, 4);
   EXPECT_GE(explicit_reshard, 4);
   EXPECT_GE(worlds.size(), 5u);
+}
+
+// The tensor-parallel recording: FSDP2 over Colwise/Rowwise on [dp, tp] meshes, with the setup
+// scatters and broadcasts recorded.
+TEST(Fsdp2GoldenFile, TensorParallelCasesRecordTheirSetup) {
+  std::ifstream in(std::string(STRATSIM_TEST_DATA) + "/golden/fsdp2_tp.json");
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  EXPECT_TRUE(doc.at("recorded_with").get<std::string>().starts_with("PyTorch 2.15"));
+  int with_setup = 0, under_fsdp2 = 0;
+  for (const nlohmann::json& c : doc.at("cases")) {
+    with_setup += c.contains("init") && !c.at("init").empty();
+    under_fsdp2 += c.at("plan").at("steps").size() > 1;
+  }
+  EXPECT_GE(doc.at("cases").size(), 20u);
+  EXPECT_EQ(with_setup, static_cast<int>(doc.at("cases").size()));
+  EXPECT_GE(under_fsdp2, 15);
 }
 
 }  // namespace

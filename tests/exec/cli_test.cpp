@@ -453,20 +453,25 @@ TEST(RunCli, TrainChecksParityWithLocalTraining) {
   // is not resharded after forward) and reduce-scatters once after backward; TP moves mlp.net1's
   // input Shard(0) -> Replicate (all-gather) and mlp.net2's output Partial -> Shard(0)
   // (reduce-scatter), the mirror image of both in backward, and sums mlp_norm.weight's Partial
-  // gradient (all-reduce). Times 3 iterations; then one full-state-dict gather of the unit.
+  // gradient (all-reduce). Times 3 iterations; then one full-state-dict gather of the unit. Before
+  // them, applying the plan scatters the three sharded tp parameters from each tp group's first
+  // rank and broadcasts the two replicated ones (mlp.net2.bias, mlp_norm.weight).
   EXPECT_EQ(doc["collectives"], nlohmann::json({{"c10d._allgather_base_", 3},
                                                 {"c10d._reduce_scatter_base_", 3},
+                                                {"c10d.broadcast_", 2},
+                                                {"c10d.scatter_", 3},
                                                 {"c10d_functional.all_gather_into_tensor", 6},
                                                 {"c10d_functional.all_reduce", 3},
                                                 {"c10d_functional.reduce_scatter_tensor", 6}}));
   EXPECT_EQ(doc["state_dict_all_gathers"], 1);
   // One kernel event per op and rank: per iteration 4 leaf forwards (mlp_norm, net1, relu, net2),
-  // 4 backwards, the optimizer step and the 7 collectives above: 16, times 3 iterations.
+  // 4 backwards, the optimizer step and the 7 collectives above: 16, times 3 iterations; and the
+  // 5 distributions.
   std::map<int, int> kernels_per_rank;
   const auto trace_doc = nlohmann::json::parse(read_file(trace));
   for (const auto& event : trace_doc["traceEvents"])
     if (event["ph"] == "X" && event.value("cat", "") == "kernel") ++kernels_per_rank[event["pid"].get<int>()];
-  EXPECT_EQ(kernels_per_rank, (std::map<int, int>{{0, 48}, {1, 48}, {2, 48}, {3, 48}}));
+  EXPECT_EQ(kernels_per_rank, (std::map<int, int>{{0, 53}, {1, 53}, {2, 53}, {3, 53}}));
   for (const auto& path : {report, trace}) std::filesystem::remove(path);
 
   r = run_cli("run --train --model zoo:SimpleMLP --plan builtin:ddp", true);

@@ -119,6 +119,14 @@ TEST(GlooBackend, CollectivesOnSubGroupsGiveTheRightValues) {
     dp->run(call(CollectiveKind::all_to_all, out_blocks, in_blocks, 5));
     for (int i = 0; i < 3; ++i) EXPECT_EQ(in_blocks[2 * i], static_cast<float>(100 * i + r));
 
+    // scatter from the row's first rank: member k receives block k = {1000 + 3 k, +1, +2}; only the
+    // root's buffer is read.
+    std::vector<float> whole(3 * p, -7.0f), mine(3);
+    if (r == 0)
+      for (int j = 0; j < 3 * p; ++j) whole[j] = static_cast<float>(1000 + j);
+    dp->run(call(CollectiveKind::scatter, whole, mine, 6));
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(mine[j], static_cast<float>(1000 + 3 * r + j));
+
     EXPECT_EQ(dp->algorithm(CollectiveKind::reduce_scatter), "gloo halving-doubling");
     backend.barrier();
   });

@@ -142,6 +142,11 @@ void check_conservation(CollectiveKind kind, Algorithm algorithm, int p, double 
         EXPECT_TRUE(all_equal(t.egress, ceil_log2(p) * n / 2));  // Bruck: n/2 a step
       }
       break;
+    case CollectiveKind::scatter:  // the root sends every other member its block, nothing else moves
+      EXPECT_NEAR(t.egress[0], share, share * 1e-9);
+      EXPECT_TRUE(all_at_least(t.ingress, n / p, 1));
+      EXPECT_NEAR(t.ingress[0], 0, 1e-9);
+      break;
   }
 }
 
@@ -162,6 +167,7 @@ void check_lower_bounds(CollectiveKind kind, Algorithm algorithm, int p, double 
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter:
     case CollectiveKind::all_to_all:
+    case CollectiveKind::scatter:
       EXPECT_GE(bandwidth_bytes, share * (1 - 1e-12));
       break;
     case CollectiveKind::broadcast:
@@ -194,6 +200,32 @@ TEST(CollectiveImplements, TreeHasAllReduceAndBroadcastOnly) {
     for (Algorithm a : {Algorithm::ring, Algorithm::recursive_halving_doubling, Algorithm::direct,
                         Algorithm::hierarchical, Algorithm::automatic})
       EXPECT_TRUE(implements(a, kind));
+  }
+}
+
+// A scatter (DTensor's distribute_tensor from rank 0) runs direct only, as NCCL's grouped sends and
+// Gloo's one-to-all do: one latency and (p-1)/p of the buffer through the root's egress.
+TEST(CollectiveSchedules, ScatterIsDirectFromTheRoot) {
+  for (Algorithm a : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_halving_doubling, Algorithm::hierarchical,
+                      Algorithm::nvls})
+    EXPECT_FALSE(implements(a, CollectiveKind::scatter)) << algorithm_name(a);
+  EXPECT_TRUE(implements(Algorithm::direct, CollectiveKind::scatter));
+  for (int p : {2, 3, 4, 8, 64}) {
+    const std::vector<int> nodes = own_nodes(p);
+    EXPECT_EQ(select_algorithm(CollectiveKind::scatter, nodes, MiB, kUniform), Algorithm::direct);
+    for (double n : kSizes) {
+      SCOPED_TRACE(describe(CollectiveKind::scatter, Algorithm::direct, p, n));
+      const Schedule schedule = build_schedule(CollectiveKind::scatter, Algorithm::direct, nodes, n);
+      expect_relative(estimate_time(schedule, nodes, kUniform),
+                      closed_form_time(CollectiveKind::scatter, Algorithm::direct, p, n, kAlpha, kBeta));
+      // By hand: one alpha, (p-1)/p n beta.
+      expect_relative(closed_form_time(CollectiveKind::scatter, Algorithm::direct, p, n, kAlpha, kBeta),
+                      kAlpha + (p - 1) * (n / p) * kBeta);
+      const Traffic traffic = traffic_of(schedule, p);
+      EXPECT_TRUE(traffic.well_formed);
+      check_conservation(CollectiveKind::scatter, Algorithm::direct, p, n, traffic);
+      check_lower_bounds(CollectiveKind::scatter, Algorithm::direct, p, n);
+    }
   }
 }
 

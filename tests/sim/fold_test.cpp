@@ -42,12 +42,15 @@ json fsdp(int world) {
       {"world_size", world}, {"batch_size", 1}, {"steps", {{{"fully_shard", {{"module", ""}, {"policy", kBlocks}}}}}}};
 }
 
-// Megatron TP on the inner `tp` ranks, then replicate or fully_shard on the outer dim.
-json tp_by(int world, int tp, const std::string& outer) {
+// Megatron TP on the inner `tp` ranks, then replicate or fully_shard on the outer dim. PyTorch
+// `version`: from 2.4 parallelize_module scatters each sharded parameter from the tp group's first
+// rank when the plan is applied.
+json tp_by(int world, int tp, const std::string& outer, const std::string& version = "2.4") {
   json outer_step = outer == "replicate"
                         ? json{{"replicate", {{"module", ""}, {"mesh_dim", "dp"}}}}
                         : json{{"fully_shard", {{"module", ""}, {"mesh_dim", "dp"}, {"policy", kBlocks}}}};
   return {{"world_size", world},
+          {"torch_version", version},
           {"mesh", {{"shape", {world / tp, tp}}, {"dim_names", {"dp", "tp"}}}},
           {"batch_size", 1},
           {"steps", {{{"parallelize_module", {{"module", ""}, {"mesh_dim", "tp"}, {"plan", kTpPlan}}}}, outer_step}}};
@@ -139,14 +142,32 @@ TEST(Fold, RailsBesideNodeLocalTensorParallelAreExact) {
 }
 
 // Tensor parallelism across 8 nodes and 4 data-parallel replicas 8 nodes apart: K must hold two
-// replicas, so it is 16 nodes; the replicas' ring closes over the two.
+// replicas, so it is 16 nodes; the replicas' ring closes over the two. PyTorch 2.3's rules: its
+// parallelize_module issues no scatter (see the next test for 2.4's).
 TEST(Fold, GroupsSpanningNodesPickALargerFold) {
   sim::SimOptions ring;
   ring.algorithms[core::CollectiveKind::all_reduce] = Algorithm::ring;
-  const core::Program program = program_for(tp_by(256, 64, "replicate"));
+  const core::Program program = program_for(tp_by(256, 64, "replicate", "2.3"));
   const Runs runs = run_both(program, "h100:nodes=32", ring);
   EXPECT_EQ(runs.folded.folded_nodes, 16);
   expect_same_timings(program, runs, kExact);
+}
+
+// From 2.4 the same plan scatters the tp weights from one root per 8-node group: a direct
+// collective across nodes, which loads the spine differently on fewer nodes, so the run is not
+// folded (and says why); node-local tensor parallelism still folds exactly.
+TEST(Fold, AScatterAcrossNodesDoesNotFold) {
+  sim::SimOptions ring;
+  ring.algorithms[core::CollectiveKind::all_reduce] = Algorithm::ring;
+  const core::Program across = program_for(tp_by(256, 64, "replicate", "2.4"));
+  const sim::SimResult result = sim::simulate(across, sim::parse_platform("h100:nodes=32"), ring);
+  EXPECT_EQ(result.folded_nodes, 0);
+  EXPECT_NE(result.fold_note.find("runs direct scatter over 64 members, which does not fold"), std::string::npos)
+      << result.fold_note;
+  const core::Program local = program_for(tp_by(256, 8, "replicate", "2.4"));
+  const Runs runs = run_both(local, "h100:nodes=32", ring);
+  EXPECT_EQ(runs.folded.folded_nodes, 8);
+  expect_same_timings(local, runs, kExact);
 }
 
 // The double binary tree folds by structure (each member keeps its parent and children, the

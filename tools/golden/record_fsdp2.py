@@ -157,6 +157,61 @@ def random_plan(rng, doc):
     }
 
 
+def random_tp_model(rng, tp):
+    """Blocks of Linear(d, h) -> ReLU -> Linear(h, d), the Megatron MLP pair, with optional norms
+    between them and a head; h a multiple of the tensor-parallel degree."""
+    d = rng.choice([4, 6, 8, 12])
+    modules = []
+    for i in range(rng.randint(1, 3)):
+        h = tp * rng.choice([2, 3, 4, 5])
+        modules.append({"name": f"block{i}", "type": "Sequential", "children": [
+            {"name": "fc_in", "type": "Linear", "in_features": d, "out_features": h, "bias": rng.random() < 0.7},
+            {"name": "act", "type": "ReLU"},
+            {"name": "fc_out", "type": "Linear", "in_features": h, "out_features": d, "bias": rng.random() < 0.7}]})
+        if rng.random() < 0.4:
+            modules.append({"name": f"norm{i}", "type": "RMSNorm", "dim": d})
+    modules.append({"name": "head", "type": "Linear", "in_features": d, "out_features": rng.choice([3, 5, 8]),
+                    "bias": False})
+    return {"name": "Sequential", "modules": modules}, d
+
+
+def random_tp_plan(rng, doc, shape):
+    """parallelize_module on the tp dim (colwise fc_in, rowwise fc_out in some blocks), then FSDP2
+    on the dp dim: blocks, then the root."""
+    world = shape[0] * shape[1]
+    entries = {}
+    blocks = [m["name"] for m in doc["modules"] if m["type"] == "Sequential"]
+    for block in blocks:
+        if rng.random() < 0.8:
+            entries[f"{block}.fc_in"] = "colwise"
+            entries[f"{block}.fc_out"] = "rowwise"
+    if not entries:
+        entries[f"{blocks[0]}.fc_in"] = "colwise"
+        entries[f"{blocks[0]}.fc_out"] = "rowwise"
+    steps = [{"parallelize_module": {"module": "", "mesh_dim": "tp", "plan": entries}}]
+    fsdp = rng.random() < 0.85
+    precision = rng.choice([None, None, ("bfloat16", "float32")]) if fsdp else None
+    if fsdp:
+        for module in [b for b in blocks if rng.random() < 0.6] + [""]:
+            args = {"module": module, "mesh_dim": ["dp"]}
+            if rng.random() < 0.25:
+                args["reshard_after_forward"] = rng.random() < 0.5
+            if precision:
+                args["mp_policy"] = {"param_dtype": precision[0], "reduce_dtype": precision[1]}
+            steps.append({"torch.distributed.fsdp.fully_shard": args})
+    accumulation = rng.choice([1, 1, 2])
+    return {
+        "world_size": world,
+        "mesh": {"shape": list(shape), "dim_names": ["dp", "tp"]},
+        "batch_size": rng.choice([1, 2, 3]),
+        "input_requires_grad": rng.random() < 0.3,
+        "iterations": 2 * accumulation,
+        "gradient_accumulation_steps": accumulation,
+        "torch_version": torch_version_rule(),
+        "steps": steps,
+    }
+
+
 def torch_version_rule():
     major, minor = torch.__version__.split(".")[:2]
     return f"{major}.{minor}"
@@ -166,7 +221,9 @@ def torch_version_rule():
 # Recording.
 
 class CollectiveRecorder(TorchDispatchMode):
-    """Logs every collective op in issue order, as CommDebugMode keys them."""
+    """Logs every collective op in issue order, keyed as CommDebugMode keys them: the c10d ops by
+    name, the native functional collectives under their legacy c10d_functional names, and
+    _dtensor.shard_dim_alltoall. Like CommDebugMode it lets DTensor desugar first."""
 
     def __init__(self, group_names):
         super().__init__()
@@ -175,9 +232,17 @@ class CollectiveRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func.namespace in COLLECTIVE_NAMESPACES:
-            self.records.append(describe(func, args, self.group_names))
-        return func(*args, **kwargs)
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **kwargs)
+        if any(t.__name__ == "DTensor" for t in types):
+            return NotImplemented
+        out = func(*args, **kwargs)
+        key = str(func._overloadpacket)
+        if key.startswith("_c10d_functional."):
+            key = key[1:]
+        if key in COMM_DEBUG_MODE_OPS:
+            self.records.append(describe(key, args, out, self.group_names))
+        return out
 
 
 def tensors_of(value):
@@ -188,24 +253,45 @@ def tensors_of(value):
     return []
 
 
+# What CommDebugMode counts (torch/distributed/tensor/debug/_comm_mode.py): the c10d collectives,
+# the functional ones under their legacy names, and DTensor's shard_dim_alltoall.
+COMM_DEBUG_MODE_OPS = {f"c10d.{op}" for op in (
+    "_allgather_base_", "_reduce_scatter_base_", "allgather_", "allgather_coalesced_",
+    "allgather_into_tensor_coalesced_", "allreduce_", "allreduce_coalesced_", "alltoall_", "alltoall_base_",
+    "broadcast_", "gather_", "scatter_", "reduce_", "reduce_scatter_", "reduce_scatter_tensor_coalesced_")} | {
+    f"c10d_functional.{op}" for op in (
+        "all_gather_into_tensor", "all_gather_into_tensor_coalesced", "all_reduce", "all_reduce_coalesced",
+        "all_to_all_single", "broadcast", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced")} | {
+    "_dtensor.shard_dim_alltoall"}
+
+
 def group_of(args, group_names):
     for a in args:
         if isinstance(a, torch.ScriptObject) and "ProcessGroup" in str(a):
             pg = dist.ProcessGroup.unbox(a)
             return group_names.get(pg.group_name, f"?{pg.group_name}")
+        if isinstance(a, str) and a in group_names:  # functional collectives name their group
+            return group_names[a]
     return "?"
 
 
-def describe(func, args, group_names):
-    key = str(func._overloadpacket)
-    tensors = [t for a in args[:2] for t in tensors_of(a)]
-    nbytes = lambda t: t.numel() * t.element_size()
-    if key in ("c10d._allgather_base_", "c10d._reduce_scatter_base_"):
-        output, inp = tensors[0], tensors[1]
-    else:  # in place: allreduce_, broadcast_
-        output = inp = tensors[0]
+def describe(key, args, out, group_names):
+    nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts)
+    if key in ("c10d._allgather_base_", "c10d._reduce_scatter_base_", "c10d.scatter_", "c10d.allgather_"):
+        output, inp = tensors_of(args[0]), tensors_of(args[1])  # (outputs, inputs)
+    elif key.startswith("c10d."):  # in place on their first argument: allreduce_, broadcast_, ...
+        output = inp = tensors_of(args[0])
+    else:  # functional: a new tensor
+        inp, output = tensors_of(args[0]), tensors_of(out)
     return {"op": key, "group": group_of(args, group_names), "input_bytes": nbytes(inp),
-            "output_bytes": nbytes(output), "dtype": DTYPE_NAMES.get(inp.dtype, str(inp.dtype))}
+            "output_bytes": nbytes(output), "dtype": DTYPE_NAMES.get(inp[0].dtype, str(inp[0].dtype))}
+
+
+def apply_tensor_parallel(model, mesh, args):
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    plan = {fqn: styles[style]() for fqn, style in args["plan"].items()}
+    parallelize_module(model, mesh[args["mesh_dim"]], plan)
 
 
 def record_case(doc, input_width, plan):
@@ -215,24 +301,31 @@ def record_case(doc, input_width, plan):
     torch.manual_seed(0)
     model = build_model(doc)
     modules = dict(model.named_modules())
-    for step in plan["steps"]:
-        args = step["torch.distributed.fsdp.fully_shard"]
-        dims = args["mesh_dim"]
-        sub_mesh = mesh[tuple(dims)] if len(dims) > 1 else mesh[dims[0]]
-        policy = MixedPrecisionPolicy()
-        if "mp_policy" in args:
-            mp = args["mp_policy"]
-            policy = MixedPrecisionPolicy(param_dtype=DTYPES[mp["param_dtype"]],
-                                          reduce_dtype=DTYPES.get(mp.get("reduce_dtype")))
-        fully_shard(modules[args["module"]], mesh=sub_mesh,
-                    reshard_after_forward=args.get("reshard_after_forward"), mp_policy=policy)
+    # What applying the plan issues (parallelize_module distributes parameters from rank 0 since
+    # 2.5) is recorded too, as the collectives before the first micro-step's.
+    recorder = CollectiveRecorder(group_names)
+    with recorder:
+        for step in plan["steps"]:
+            if "parallelize_module" in step:
+                apply_tensor_parallel(model, mesh, step["parallelize_module"])
+                continue
+            args = step["torch.distributed.fsdp.fully_shard"]
+            dims = args["mesh_dim"]
+            sub_mesh = mesh[tuple(dims)] if len(dims) > 1 else mesh[dims[0]]
+            policy = MixedPrecisionPolicy()
+            if "mp_policy" in args:
+                mp = args["mp_policy"]
+                policy = MixedPrecisionPolicy(param_dtype=DTYPES[mp["param_dtype"]],
+                                              reduce_dtype=DTYPES.get(mp.get("reduce_dtype")))
+            fully_shard(modules[args["module"]], mesh=sub_mesh,
+                        reshard_after_forward=args.get("reshard_after_forward"), mp_policy=policy)
+    init = list(recorder.records)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     accumulation = plan["gradient_accumulation_steps"]
-    keep_unsharded = any(not s["torch.distributed.fsdp.fully_shard"].get("reshard_after_backward_in_accumulation", True)
-                         for s in plan["steps"])
-    roots = [modules[s["torch.distributed.fsdp.fully_shard"]["module"]] for s in plan["steps"]]
+    fsdp_steps = [s["torch.distributed.fsdp.fully_shard"] for s in plan["steps"] if "parallelize_module" not in s]
+    keep_unsharded = any(not s.get("reshard_after_backward_in_accumulation", True) for s in fsdp_steps)
+    roots = [modules[s["module"]] for s in fsdp_steps]
     iterations = []
-    recorder = CollectiveRecorder(group_names)
     with recorder:
         for micro in range(1, plan["iterations"] + 1):
             sync = micro % accumulation == 0
@@ -250,31 +343,43 @@ def record_case(doc, input_width, plan):
                 optimizer.step()
                 optimizer.zero_grad()
             iterations.append(recorder.records[start:])
-    return iterations
+    return init, iterations
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=48)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--family", choices=["fsdp2", "fsdp2_tp"], default="fsdp2",
+                        help="fsdp2: FSDP2 and HSDP on 1-D/2-D meshes; fsdp2_tp: Colwise/Rowwise "
+                             "tensor parallelism on a dp x tp mesh, mostly under FSDP2")
     parser.add_argument("-o", "--output", required=True)
     options = parser.parse_args()
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
     rng = random.Random(options.seed)
     cases = []
     while len(cases) < options.cases:
-        doc, input_width = random_model(rng)
-        plan = random_plan(rng, doc)
-        name = f"fsdp2_{len(cases):02d}"
+        if options.family == "fsdp2":
+            doc, input_width = random_model(rng)
+            plan = random_plan(rng, doc)
+        else:
+            shape = rng.choice([(1, 2), (2, 2), (2, 2), (3, 2), (2, 4), (4, 2)])
+            doc, input_width = random_tp_model(rng, shape[1])
+            plan = random_tp_plan(rng, doc, shape)
+        name = f"{options.family}_{len(cases):02d}"
         # The fake group is created for the largest world; each case uses a mesh of its own size.
         dist.destroy_process_group()
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan["world_size"])
-        cases.append({"name": name, "model": doc, "input_features": input_width, "plan": plan,
-                      "iterations": record_case(doc, input_width, plan)})
+        init, iterations = record_case(doc, input_width, plan)
+        case = {"name": name, "model": doc, "input_features": input_width, "plan": plan}
+        if init:  # applying the plan issued collectives: "init", before iteration 1's
+            case["init"] = init
+        case["iterations"] = iterations
+        cases.append(case)
         print(f"{name}: world {plan['world_size']}, {len(plan['steps'])} fully_shard calls, "
               f"{sum(len(i) for i in cases[-1]['iterations'])} collectives", file=sys.stderr)
     out = {"recorded_with": f"PyTorch {torch.__version__}, fake process group, CPU tensors",
-           "generator": "tools/golden/record_fsdp2.py", "seed": options.seed, "cases": cases}
+           "generator": "tools/golden/record_fsdp2.py", "family": options.family, "seed": options.seed, "cases": cases}
     with open(options.output, "w") as f:
         f.write(compact_json(out))
 
@@ -284,8 +389,11 @@ def compact_json(doc):
     head = {k: v for k, v in doc.items() if k != "cases"}
     lines = ["{" + json.dumps(head)[1:-1] + ', "cases": [']
     for i, case in enumerate(doc["cases"]):
-        meta = {k: v for k, v in case.items() if k != "iterations"}
-        lines.append(" {" + json.dumps(meta)[1:-1] + ', "iterations": [')
+        meta = {k: v for k, v in case.items() if k not in ("init", "iterations")}
+        lines.append(" {" + json.dumps(meta)[1:-1] + ",")
+        if "init" in case:
+            lines.append('  "init": [\n   ' + ",\n   ".join(json.dumps(r) for r in case["init"]) + "\n  ],")
+        lines.append('  "iterations": [')
         for j, iteration in enumerate(case["iterations"]):
             records = [json.dumps(r) for r in iteration]
             body = ("\n   " + ",\n   ".join(records) + "\n  ") if records else ""

@@ -106,6 +106,17 @@ void FullyShard2::mark_roots() {
 
 DType FullyShard2::compute_dtype(int group) const { return groups_[group].param_dtype(); }
 
+std::optional<DType> FullyShard2::input_cast(int module) const {
+  const int g = group_of_module_[module];
+  if (g < 0 || !groups_[g].config.cast_forward_inputs) return std::nullopt;
+  return groups_[g].config.param_dtype;
+}
+
+std::optional<DType> FullyShard2::output_cast(int module) const {
+  const int g = group_of_module_[module];
+  return g < 0 ? std::nullopt : groups_[g].config.output_dtype;
+}
+
 bool FullyShard2::reshard_after_forward(const Group& group) const {
   if (!group.root) return group.config.reshard_after_forward.value_or(true);
   if (!context_.plan.torch_version.fsdp2_root_honours_reshard_after_forward()) return false;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "backward_tape.hpp"
@@ -29,6 +30,10 @@ class FullyShard2 {
   void mark_roots();  // once the plan is applied: the outermost groups run lazy init
   int group_of_module(int module) const { return group_of_module_[module]; }
   DType compute_dtype(int group) const;
+  // MixedPrecisionPolicy's casts at the module's boundary: its floating-point inputs to
+  // param_dtype (cast_forward_inputs), its outputs to output_dtype. Unset: no cast.
+  std::optional<DType> input_cast(int module) const;
+  std::optional<DType> output_cast(int module) const;
   bool empty() const { return groups_.empty(); }
 
   void begin_iteration();

@@ -123,7 +123,10 @@ int ProgramBuilder::collective(CollectiveSpec spec) {
   record.module = program.ops.back().module;
   record.reason = std::move(spec.reason);
   record.params = std::move(spec.params);
-  result.iterations.back().collectives.push_back(std::move(record));
+  // Collectives issued while the plan is applied run before iteration 1 but are not the training
+  // loop's: CommDebugMode around the loop does not see them.
+  if (spec.role == OpRole::tp_distribute) result.setup.push_back(std::move(record));
+  else result.iterations.back().collectives.push_back(std::move(record));
   return id;
 }
 

@@ -110,6 +110,7 @@ void TensorParallel::apply_parallelize(const ParallelizeStep& step, const PlanSt
         else shard_dim = spec.style == TPStyle::colwise ? 1 : 0;
         state.dtensor = true;
         state.tp_dims = dims;
+        distributed_params_.push_back(p);
         if (shard_dim < 0 || shard_dim >= static_cast<int>(param.shape.size())) {
           state.placement = Placement::replicate();
           continue;
@@ -140,6 +141,7 @@ void TensorParallel::apply_distribute(const DistributeModuleStep& step, const Pl
   // partition_fn=None: every parameter becomes a Replicate DTensor.
   for (int sub = m; sub < context_.model.modules[m].subtree_end; ++sub)
     for (int p : context_.model.modules[sub].params) {
+      if (!context_.params[p].dtensor) distributed_params_.push_back(p);
       context_.params[p].dtensor = true;
       context_.params[p].placement = Placement::replicate();
       context_.params[p].tp_dims = modules_[m].dims;
@@ -147,6 +149,37 @@ void TensorParallel::apply_distribute(const DistributeModuleStep& step, const Pl
       // (Replicate) that FSDP/replicate wrap it in all-reduces it in backward.
       if (sharded_input && context_.model.params[p].requires_grad) partial_grad_dims_[p] = modules_[m].dims;
     }
+}
+
+void TensorParallel::emit_distribution() {
+  for (int p : distributed_params_) {
+    const ParamState& state = context_.params[p];
+    const Parameter& param = context_.model.params[p];
+    const int d = dtype_size(param.dtype);
+    const int size = context_.mesh.group_size(state.tp_dims);
+    CollectiveSpec spec;
+    spec.dims = state.tp_dims;
+    spec.dtype = param.dtype;
+    spec.stream = "tp." + context_.group_name(state.tp_dims);
+    spec.phase = Phase::init;
+    spec.module = param.module;
+    spec.params = {param.fqn};
+    spec.role = OpRole::tp_distribute;
+    if (state.placement.is_shard()) {
+      // Shard._split_tensor pads every chunk to ceil(n / size) rows: the root sends size of them.
+      spec.kind = CollectiveKind::scatter;
+      spec.key = "c10d.scatter_";
+      spec.bytes = spec.input_bytes = state.local_numel * size * d;
+      spec.output_bytes = state.local_numel * d;
+      spec.reason = fmt::format("tp distribute_tensor {} {}", param.fqn, state.placement.str());
+    } else {
+      spec.kind = CollectiveKind::broadcast;
+      spec.key = "c10d.broadcast_";
+      spec.bytes = state.local_numel * d;
+      spec.reason = fmt::format("tp distribute_tensor {} Replicate()", param.fqn);
+    }
+    builder_.collective(std::move(spec));
+  }
 }
 
 // The layout a DTensor boundary declares for its input (input_layouts / distribute_module's

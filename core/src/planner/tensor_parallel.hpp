@@ -27,6 +27,12 @@ class TensorParallel {
   void input_hook(int m, Activation& act, Mode mode);
   void output_hook(int m, Activation& act, Mode mode);
 
+  // Applying the plan made each styled parameter a DTensor with distribute_tensor(src_data_rank=0):
+  // the group's first rank scatters every sharded one (c10d.scatter_) and broadcasts every
+  // replicated one (c10d.broadcast_), in the order the plan reached them. Emitted once, before
+  // iteration 1's forward, in phase init.
+  void emit_distribution();
+
   // A replicated DTensor parameter whose gradient comes out Partial is all-reduced where
   // FSDP/replicate re-wrap it (from_local). Returns the op after which the gradient is ready.
   int reduce_partial_grad(int p, int producer);
@@ -53,6 +59,7 @@ class TensorParallel {
   BackwardTape& tape_;
   std::vector<ModuleState> modules_;
   std::vector<std::vector<int>> partial_grad_dims_;  // per parameter: mesh dims of its Partial gradient
+  std::vector<int> distributed_params_;              // in the order distribute_tensor reached them
 };
 
 }  // namespace stratsim::core::planner

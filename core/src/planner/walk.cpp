@@ -120,6 +120,7 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
   if (mode != Mode::replay) ddp_.pre_forward(m);
   fsdp_.pre_forward(m, mode);
   fsdp2_.pre_forward(m, mode, act.requires_grad);
+  cast_activation(act, fsdp2_.input_cast(m));
   const Activation region_input = act;
   const std::size_t region_start = tape_.size();
   const int region_first_tensor = context_.next_tensor;
@@ -137,6 +138,7 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
   run_module_body(m, act, inner, side);
   fsdp_.post_forward(m, mode);
   fsdp2_.post_forward(m, mode);
+  cast_activation(act, fsdp2_.output_cast(m));
   if (region) {
     selective_ = outer_selective;
     // Pushed after the region's own entries, so backward replays the region before any of them,
@@ -158,6 +160,14 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
     };
     tape_.insert_region_replay(std::move(replay_region), region_start);
   }
+}
+
+// A dtype cast makes a new tensor: what backward sends through it (a tensor-parallel input's
+// gradient all-reduce, for one) has the new dtype.
+void Walk::cast_activation(Activation& act, std::optional<DType> dtype) {
+  if (!dtype || act.dtype == *dtype) return;
+  act.dtype = *dtype;
+  act.id = context_.fresh_tensor();
 }
 
 void Walk::run_module_body(int m, Activation& act, Mode mode, std::span<const Activation> side) {
@@ -458,6 +468,7 @@ void Walk::run_iteration() {
   const Model& model = context_.model;
   context_.sync = context_.iteration % plan.gradient_accumulation_steps == 0;
   builder_.begin_iteration(context_.iteration, context_.sync);
+  if (context_.iteration == 1 && context_.plan.torch_version.tp_distributes_from_rank0()) tp_.emit_distribution();
   tape_.clear();
   saved_.clear();
   fsdp_.begin_iteration();

@@ -34,6 +34,7 @@ class Walk {
   // `act` is the module's input and becomes its output; `side` are further inputs the forward
   // names (attention's k and v).
   void forward_module(int m, Activation& act, Mode mode, std::span<const Activation> side = {});
+  void cast_activation(Activation& act, std::optional<DType> dtype);
   void run_module_body(int m, Activation& act, Mode mode, std::span<const Activation> side);
   void run_forward_steps(int m, Activation& act, Mode mode);
   void sum_branch_grads(int m, int slot, const Activation& tensor, int uses, Mode mode);

@@ -48,8 +48,10 @@ std::string_view algorithm_name(Algorithm algorithm) { return kAlgorithmNames.na
 // Names are matched case-insensitively, with '-' and ' ' read as '_'.
 std::optional<Algorithm> parse_algorithm(std::string_view text) { return kAlgorithmNames.parse(normalized(text)); }
 
-// `auto` implements everything (it resolves to ring at worst); tree is all-reduce and broadcast.
+// `auto` implements everything (it resolves to ring at worst); tree is all-reduce and broadcast;
+// a scatter is only ever direct (root to each member), as both NCCL and Gloo run it.
 bool implements(Algorithm algorithm, CollectiveKind kind) {
+  if (kind == CollectiveKind::scatter) return algorithm == Algorithm::direct || algorithm == Algorithm::automatic;
   if (algorithm == Algorithm::tree) return kind == CollectiveKind::all_reduce || kind == CollectiveKind::broadcast;
   if (algorithm == Algorithm::nvls) return kind == CollectiveKind::all_reduce;
   return true;

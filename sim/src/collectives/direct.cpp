@@ -3,6 +3,8 @@
 // p - 1 equal flows, so the bandwidth term is still (p-1)/p n beta. The cost is p(p-1) flows per
 // phase, which is why the selector considers it only up to 64 members (all-to-all; NCCL's
 // point-to-point all-to-all). Broadcast sends p - 1 copies from the root: bound by its egress.
+// Scatter sends each member its own chunk from the root (ProcessGroupNCCL's scatter is a group of
+// point-to-point sends; Gloo's sends to each rank in turn): one step, (p-1)/p n through its egress.
 
 #include "common.hpp"
 
@@ -43,6 +45,12 @@ Schedule direct_schedule(CollectiveKind kind, int p, double bytes) {
       append(schedule, std::move(phase));
       break;
     }
+    case CollectiveKind::scatter: {
+      SchedulePhase phase = make_phase("direct scatter", 1);
+      for (int dst = 1; dst < p; ++dst) add_flow(phase, 0, dst, bytes / p);
+      append(schedule, std::move(phase));
+      break;
+    }
   }
   return schedule;
 }
@@ -54,6 +62,7 @@ double direct_closed_form(CollectiveKind kind, int p, double n, double a, double
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter:
     case CollectiveKind::all_to_all:
+    case CollectiveKind::scatter:  // the root's egress: (p-1)/p n
       return a + ring_pass_bytes(p, n) * b;
     case CollectiveKind::broadcast:  // bound by the root's egress
       return a + (p - 1) * n * b;

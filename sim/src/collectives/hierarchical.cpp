@@ -101,6 +101,8 @@ Schedule hierarchical_schedule(CollectiveKind kind, const NodeLayout& layout, do
       append(schedule, groups_all_pairs_phase("intra all-to-all", layout.nodes, bytes / g));
       append(schedule, groups_all_pairs_phase("inter all-to-all", rails, bytes / m));
       break;
+    case CollectiveKind::scatter:
+      collectives::fail("a scatter runs direct only (implements() refuses the rest)");
   }
   return schedule;
 }
@@ -138,6 +140,8 @@ double hierarchical_closed_form_time(CollectiveKind kind, int g, int m, double b
     case CollectiveKind::all_to_all:
       return costs.alpha_intra + (g - 1) * (n / g) * costs.beta_intra + costs.alpha_inter +
              (m - 1) * (n / m) * costs.beta_inter;
+    case CollectiveKind::scatter:
+      collectives::fail("a scatter runs direct only (implements() refuses the rest)");
   }
   return 0;
 }

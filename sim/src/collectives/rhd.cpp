@@ -173,6 +173,8 @@ Schedule rhd_schedule(CollectiveKind kind, int p, double bytes) {
     case CollectiveKind::all_to_all:
       bruck_all_to_all(schedule, p, bytes);
       break;
+    case CollectiveKind::scatter:
+      fail("a scatter runs direct only (implements() refuses the rest)");
   }
   return schedule;
 }
@@ -203,6 +205,8 @@ double rhd_closed_form(CollectiveKind kind, int p, double n, double a, double b)
       for (int k = 0; k < ceil_log2(p); ++k) blocks += static_cast<double>(bruck_blocks(k, p));
       return ceil_log2(p) * a + blocks * block * b;
     }
+    case CollectiveKind::scatter:
+      fail("a scatter runs direct only (implements() refuses the rest)");
   }
   return 0;
 }

@@ -55,6 +55,8 @@ Schedule ring_schedule(CollectiveKind kind, int p, double bytes, int full) {
         append(schedule, std::move(phase));
       }
       break;
+    case CollectiveKind::scatter:
+      fail("a scatter runs direct only (implements() refuses the rest)");
   }
   return schedule;
 }
@@ -70,6 +72,8 @@ double ring_closed_form(CollectiveKind kind, int p, double n, double a, double b
       return (p - 1) * a + n * b;
     case CollectiveKind::all_to_all:  // pairwise: (p-1)(a + n/p b)
       return (p - 1) * (a + (n / p) * b);
+    case CollectiveKind::scatter:
+      fail("a scatter runs direct only (implements() refuses the rest)");
   }
   return 0;
 }

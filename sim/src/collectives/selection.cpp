@@ -97,6 +97,8 @@ std::vector<Algorithm> nccl_candidates(CollectiveKind kind) {
       return {Algorithm::ring, Algorithm::hierarchical};
     case CollectiveKind::all_to_all:
       return {Algorithm::ring, Algorithm::hierarchical, Algorithm::direct};
+    case CollectiveKind::scatter:
+      return {Algorithm::direct};
   }
   return {Algorithm::ring};
 }

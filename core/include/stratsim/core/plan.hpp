@@ -35,6 +35,11 @@ struct TorchVersion {
   // #197203, merged September 2026) autograd writes them in the parameter's own dtype, which the
   // reduce-scatter then carries. Recorded with 2.15 (tests/data/golden/fsdp2.json).
   bool fsdp2_grads_in_param_dtype() const { return !at_least(2, 15); }
+  // parallelize_module / distribute_module make each parameter a DTensor with distribute_tensor,
+  // which scatters (Shard) or broadcasts (Replicate) it from the group's first rank: c10d.scatter_
+  // and c10d.broadcast_ while the plan is applied (recorded with 2.15; src_data_rank=0 is the
+  // default of every release stratsim models, 2.4 on).
+  bool tp_distributes_from_rank0() const { return at_least(2, 4); }
   bool at_least(int maj, int min) const { return major > maj || (major == maj && minor >= min); }
   std::string str() const;
 };

@@ -132,6 +132,9 @@ struct IterationRecord {
 struct PlanResult {
   int rank = 0;
   std::vector<int> coordinate;
+  // What applying the plan issues (parallelize_module / distribute_module's distribute_tensor), in
+  // order: program ops of iteration 1, phase init, run before its forward; not in the counts.
+  std::vector<CollectiveRecord> setup;
   std::vector<IterationRecord> iterations;
   Program program;
   std::vector<std::vector<int>> group_ranks;  // per Program group: the planned rank's members

@@ -23,7 +23,9 @@ namespace stratsim::core {
 class JsonReader;  // json_reader.hpp
 
 enum class Phase { init, forward, backward, recompute, optimizer };
-enum class CollectiveKind { all_reduce, all_gather, reduce_scatter, broadcast, all_to_all };
+// scatter: the group's first rank sends each member its chunk (DTensor's distribute_tensor from
+// rank 0, PyTorch 2.5+); `bytes` is the whole buffer the root holds.
+enum class CollectiveKind { all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, scatter };
 enum class OpType { compute, collective };
 
 std::string_view phase_name(Phase phase);
@@ -56,6 +58,7 @@ enum class OpRole {
   tp_grad_input,   // the gradient of the module's input, backward
   tp_grad_output,  // the gradient of the module's output, backward
   tp_param_grad,   // a Partial gradient of the replicated parameter params[0], summed
+  tp_distribute,   // distribute_tensor of params[0] from the group's first rank (scatter or broadcast)
 };
 std::string_view op_role_name(OpRole role);
 
@@ -72,8 +75,8 @@ struct ProgramOp {
   std::string name;    // "fc1.forward", "ddp.bucket0", "fsdp.all_gather u1"
   std::string module;  // module FQN the op belongs to ("" = root)
   Phase phase = Phase::forward;
-  int stream = 0;          // index into Program::streams; ops of one stream run in list order
-  std::vector<int> deps;   // ids of ops on other streams that must finish first
+  int stream = 0;         // index into Program::streams; ops of one stream run in list order
+  std::vector<int> deps;  // ids of ops on other streams that must finish first
 
   // compute
   std::string op_class;  // gemm, elementwise, norm, embedding, attention, optimizer
@@ -87,8 +90,8 @@ struct ProgramOp {
 
   // collective
   CollectiveKind kind = CollectiveKind::all_reduce;
-  std::string comm_key;  // CommDebugMode key: "c10d.allreduce_", "c10d_functional.all_gather_into_tensor"
-  int group = -1;        // index into Program::groups
+  std::string comm_key;           // CommDebugMode key: "c10d.allreduce_", "c10d_functional.all_gather_into_tensor"
+  int group = -1;                 // index into Program::groups
   std::int64_t bytes = 0;         // logical bytes (all-gather: output; reduce-scatter: input)
   std::int64_t input_bytes = 0;   // per-rank send buffer
   std::int64_t output_bytes = 0;  // per-rank receive buffer
@@ -114,9 +117,9 @@ struct Program {
   std::vector<ProgramOp> ops;
   int iterations = 0;
 
-  int stream_id(const std::string& name);        // adds the stream on first use
+  int stream_id(const std::string& name);           // adds the stream on first use
   int group_id(const std::vector<int>& mesh_dims);  // adds the group on first use
-  ProgramOp& add(ProgramOp op);                   // assigns the id
+  ProgramOp& add(ProgramOp op);                     // assigns the id
 };
 
 nlohmann::json program_to_json(const Program& program);
