@@ -15,6 +15,8 @@ std::uint64_t op_rank_key(int op, int rank) {
 
 Category category_of(const core::ProgramOp& op) {
   if (op.type == core::OpType::compute) return Category::compute;
+  static_assert(static_cast<int>(core::CollectiveKind::scatter) + 1 == kCategoryCount - 1,
+                "one category per collective kind: add the new kind to Category");
   return static_cast<Category>(static_cast<int>(op.kind) + 1);
 }
 

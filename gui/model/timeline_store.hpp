@@ -25,8 +25,9 @@ struct OpRef {
 };
 
 // What colour an op is drawn in: compute, or the collective's kind.
-enum class Category : std::uint8_t { compute, all_reduce, all_gather, reduce_scatter, broadcast, all_to_all };
-inline constexpr int kCategoryCount = 6;
+// compute, then one per core::CollectiveKind in its order (category_of maps kind k to k + 1).
+enum class Category : std::uint8_t { compute, all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, scatter };
+inline constexpr int kCategoryCount = 7;
 Category category_of(const core::ProgramOp& op);
 QString category_name(Category category);
 

@@ -50,6 +50,8 @@ QColor categoryColor(Category category) {
       return QColor(0xcc, 0x79, 0xa7);  // reddish purple
     case Category::all_to_all:
       return QColor(0x56, 0xb4, 0xe9);  // sky blue
+    case Category::scatter:
+      return QColor(0xf0, 0xe4, 0x42);  // yellow
   }
   return Qt::gray;
 }

@@ -184,6 +184,17 @@ class ModelTest : public QObject {
     QCOMPARE(columnRuns(c).size(), std::size_t(3));
   }
 
+  // Every collective kind has its own category (a setup scatter included), named as the core
+  // names the kind, and a column it fills is dominated by it.
+  void everyCollectiveKindHasItsCategory() {
+    core::Timeline t = timeline();
+    t.program.ops[2].kind = core::CollectiveKind::scatter;
+    const TimelineStore store(t);
+    const std::vector<PixelColumn> dp = laneColumns(store, 0, 1, Viewport(0, 5, 10));
+    QCOMPARE(dp[4].dominant, Category::scatter);
+    QCOMPARE(category_name(Category::scatter), QStringLiteral("scatter"));
+  }
+
   void subPixelOpsAddUpAndKeepTheirColour() {
     // 100,000 ops of 1 ns in 100 us, drawn 100 px wide: each column holds 1,000 ops, all busy.
     const TimelineStore store(dense_timeline(100000));
