@@ -161,7 +161,9 @@ void DtensorLayouts::distribute(const core::ProgramOp& op) {
   std::vector<float> whole(local.size() * static_cast<std::size_t>(n));
   if (comm.rank() == 0) {
     // The root holds the full parameter (as it was initialised) and sends member k its chunk k.
-    const Matrix full = init_parameters(state_.model, state_.options.seed)[static_cast<std::size_t>(p)];
+    // Initialised once for all the distributions, not once per parameter.
+    if (initial_params_.empty()) initial_params_ = init_parameters(state_.model, state_.options.seed);
+    const Matrix& full = initial_params_[static_cast<std::size_t>(p)];
     const core::Placement placement = state_.planned.params[p].placement;
     const int dim = full.rows() == 1 && state_.model.params[p].shape.size() == 1 ? 1 : placement.dim;
     for (int k = 0; k < n; ++k) {

@@ -177,6 +177,7 @@ class DtensorLayouts {
   RankState& state_;
   std::map<int, std::vector<core::TpBoundary>> boundaries_;  // by the leaf where they are entered
   std::map<int, Matrix> partial_grads_;                      // this micro-step's Partial gradients
+  std::vector<Matrix> initial_params_;  // the full initial parameters, on a group's root, for distribute
 };
 
 // ---- Parity (train_parity.cpp)

@@ -14,13 +14,6 @@ using nlohmann::json;
 
 namespace {
 
-int group_size_by_name(const Plan& plan, const std::string& name) {
-  if (name == "world") return plan.world_size;
-  const int dim = plan.mesh.dim_index(name);
-  EXPECT_GE(dim, 0) << name;
-  return dim >= 0 ? plan.mesh.dim_size(dim) : 0;
-}
-
 // Every rank issues the same (op, group, input, output, dtype) sequence.
 void check_same_sequence_on_every_rank(const Model& model, const Plan& plan, const PlanResult& r0) {
   auto sequence = [](const PlanResult& r) {
@@ -34,15 +27,6 @@ void check_same_sequence_on_every_rank(const Model& model, const Plan& plan, con
   const std::vector<std::string> reference = sequence(r0);
   for (int rank = 1; rank < plan.world_size; ++rank)
     EXPECT_EQ(sequence(plan_training(model, plan, {rank, 0})), reference) << "rank " << rank;
-}
-
-// Sequential(Linear(10,10), ReLU, Linear(10,10)): 220 float32 parameters.
-Model seq_model() {
-  return model_from_json({{"name", "Sequential"},
-                          {"modules",
-                           {{{"name", "0"}, {"type", "Linear"}, {"in_features", 10}, {"out_features", 10}},
-                            {{"name", "1"}, {"type", "ReLU"}},
-                            {{"name", "2"}, {"type", "Linear"}, {"in_features", 10}, {"out_features", 10}}}}});
 }
 
 std::string fsdp2_plan(int world, const std::string& version, const std::string& root_args = "",

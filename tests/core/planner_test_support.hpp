@@ -58,6 +58,31 @@ inline PlanResult run_plan(const std::string& model_spec, const std::string& pla
   return run_plan(core::load_model(model_spec), plan_text, rank, iterations);
 }
 
+// Sequential(Linear(10,10), ReLU, Linear(10,10)): 220 float32 parameters.
+inline Model seq_model() {
+  return model_from_json({{"name", "Sequential"},
+                          {"modules",
+                           {{{"name", "0"}, {"type", "Linear"}, {"in_features", 10}, {"out_features", 10}},
+                            {{"name", "1"}, {"type", "ReLU"}},
+                            {{"name", "2"}, {"type", "Linear"}, {"in_features", 10}, {"out_features", 10}}}}});
+}
+
+// The size of a group as reports name it: "world", a mesh dim, or dims joined by '+'.
+inline int group_size_by_name(const Plan& plan, const std::string& name) {
+  if (name == "world") return plan.world_size;
+  int size = 1;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t plus = name.find('+', start);
+    const int dim = plan.mesh.dim_index(name.substr(start, plus - start));
+    EXPECT_GE(dim, 0) << name;
+    if (dim >= 0) size *= plan.mesh.dim_size(dim);
+    if (plus == std::string::npos) break;
+    start = plus + 1;
+  }
+  return size;
+}
+
 // 1-based, as the planner numbers iterations.
 inline const IterationRecord& iteration(const PlanResult& result, int index) {
   if (index < 1 || index > static_cast<int>(result.iterations.size()))
@@ -87,10 +112,10 @@ inline std::string describe(const PlanResult& result) {
 
 // Collectives of one iteration matching every given condition ("" / nullopt-like defaults mean any).
 struct Filter {
-  std::string op;       // exact CommDebugMode key, "" = any
-  int phase = -1;       // static_cast<int>(Phase), -1 = any
-  std::string reason;   // substring of the reason, "" = any
-  std::string group;    // exact group name, "" = any
+  std::string op;            // exact CommDebugMode key, "" = any
+  int phase = -1;            // static_cast<int>(Phase), -1 = any
+  std::string reason;        // substring of the reason, "" = any
+  std::string group;         // exact group name, "" = any
   std::string module = "*";  // exact module FQN; "*" = any
 };
 

@@ -38,14 +38,7 @@ V64 rebuild_broadcasts(const PlanResult& r, int it) {
   return bytes_of(select(iteration(r, it), op("c10d.broadcast_", kForward, "ddp rebuild")));
 }
 
-// Sequential(Linear(10,10), ReLU, Linear(10,10)) (vector 15) and a single Linear(10,10) (14, 16, 17).
-Model seq_model() {
-  return model_from_json({{"name", "Sequential"},
-                          {"modules",
-                           {{{"name", "0"}, {"type", "Linear"}, {"in_features", 10}, {"out_features", 10}},
-                            {{"name", "1"}, {"type", "ReLU"}},
-                            {{"name", "2"}, {"type", "Linear"}, {"in_features", 10}, {"out_features", 10}}}}});
-}
+// seq_model() (vector 15) is planner_test_support.hpp's; a single Linear(10,10) (14, 16, 17).
 Model linear_model() {
   return model_from_json(
       {{"name", "Linear"}, {"modules", {{{"name", "0"}, {"type", "Linear"}, {"in_features", 10}, {"out_features", 10}}}}});

@@ -27,21 +27,6 @@ namespace {
 
 // ---- checks ---------------------------------------------------------------------------------------
 
-int group_size_by_name(const Plan& plan, const std::string& name) {
-  if (name == "world") return plan.world_size;
-  int size = 1;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t plus = name.find('+', start);
-    const int dim = plan.mesh.dim_index(name.substr(start, plus - start));
-    EXPECT_GE(dim, 0) << name;
-    if (dim >= 0) size *= plan.mesh.dim_size(dim);
-    if (plus == std::string::npos) break;
-    start = plus + 1;
-  }
-  return size;
-}
-
 // The bytes a rank holds of `param` after tensor parallelism, derived from the plan alone (not from
 // the planner's layouts): the random plans put ColwiseParallel / RowwiseParallel on Linear layers by
 // exact FQN, on mesh dim "tp". Colwise shards weight [out, in] and bias [out] on dim 0, Rowwise shards
@@ -209,8 +194,8 @@ void check_ranks(const Model& model, const Plan& plan, const PlanResult& r0) {
       for (int member : members) {
         const PlanResult& other = results[static_cast<std::size_t>(member)];
         ASSERT_LT(g, other.group_ranks.size());
-        EXPECT_EQ(other.group_ranks[g], members) << "group " << r.program.groups[g].name << " from ranks " << rank
-                                                 << " and " << member;
+        EXPECT_EQ(other.group_ranks[g], members)
+            << "group " << r.program.groups[g].name << " from ranks " << rank << " and " << member;
       }
     }
     for (const IterationRecord& it : r.iterations)
@@ -244,7 +229,8 @@ TEST(PlannerProperties, RandomModelsAndPlans) {
       continue;
     }
     bool tensor_parallel = false;
-    for (const PlanStep& step : plan.steps) tensor_parallel = tensor_parallel || std::holds_alternative<ParallelizeStep>(step.body);
+    for (const PlanStep& step : plan.steps)
+      tensor_parallel = tensor_parallel || std::holds_alternative<ParallelizeStep>(step.body);
     ddp_cases += r.ddp.empty() ? 0 : 1;
     fsdp_cases += r.fsdp.empty() ? 0 : 1;
     tp_cases += tensor_parallel ? 1 : 0;
@@ -274,7 +260,8 @@ TEST(PlannerProperties, SeedModelsOnTwoDimensionalMeshes) {
       {"zoo:CompositeParamModel", R"({"world_size":8,"mesh":{"shape":[2,4],"dim_names":["rep","shard"]},"steps":[
           {"replicate":{"module":"u1","mesh_dim":"rep"}},
           {"fully_shard":{"module":"","strategy":"HYBRID_SHARD","mesh_dim":["rep","shard"],"policy":{"module_types":["UnitModule"]}}}]})"},
-      {"zoo:CompositeModel", R"({"world_size":6,"mesh":{"shape":[3,2],"dim_names":["dp","tp"]},"gradient_accumulation_steps":2,"iterations":4,"steps":[
+      {"zoo:CompositeModel",
+       R"({"world_size":6,"mesh":{"shape":[3,2],"dim_names":["dp","tp"]},"gradient_accumulation_steps":2,"iterations":4,"steps":[
           {"fully_shard":{"module":"u1","mesh_dim":"dp","strategy":"SHARD_GRAD_OP"}},
           {"replicate":{"module":"","mesh_dim":"dp","find_unused_parameters":true}}]})"},
   };

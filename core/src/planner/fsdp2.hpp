@@ -34,7 +34,6 @@ class FullyShard2 {
   // param_dtype (cast_forward_inputs), its outputs to output_dtype. Unset: no cast.
   std::optional<DType> input_cast(int module) const;
   std::optional<DType> output_cast(int module) const;
-  bool empty() const { return groups_.empty(); }
 
   void begin_iteration();
   // `input_requires_grad`: whether the module's input needs a gradient, i.e. whether FSDP2's
