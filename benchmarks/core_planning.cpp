@@ -247,6 +247,13 @@ void BM_PlanLayers_FSDP_AC_PerLayer(benchmark::State& state) {
 void BM_PlanLayers_FSDP2_AC_PerLayer(benchmark::State& state) {
   plan_layers(state, per_layer_fsdp_ac_plan(state.range(0), "torch.distributed.fsdp.fully_shard"));
 }
+// torchtitan's 2-D plan (builtin:torchtitan-llama): the Llama TP plan with sequence parallelism
+// and loss_parallel on tp = 4, FSDP2 per block (one "layers.*" step) and on the root on
+// dp_shard = 2. DTensors flow between modules, so every block adds autograd nodes.
+void BM_PlanLayers_FSDP2_TP_SP(benchmark::State& state) {
+  static const Plan plan = load_plan("builtin:torchtitan-llama");
+  plan_layers(state, plan);
+}
 BENCHMARK(BM_PlanLayers_DDP)->RangeMultiplier(10)->Range(10, 10000)->Unit(benchmark::kMillisecond)->Complexity();
 BENCHMARK(BM_PlanLayers_FSDP)->RangeMultiplier(10)->Range(10, 10000)->Unit(benchmark::kMillisecond)->Complexity();
 BENCHMARK(BM_PlanLayers_FSDP_AC_PerLayer)
@@ -255,6 +262,11 @@ BENCHMARK(BM_PlanLayers_FSDP_AC_PerLayer)
     ->Unit(benchmark::kMillisecond)
     ->Complexity();
 BENCHMARK(BM_PlanLayers_FSDP2_AC_PerLayer)
+    ->RangeMultiplier(10)
+    ->Range(10, 10000)
+    ->Unit(benchmark::kMillisecond)
+    ->Complexity();
+BENCHMARK(BM_PlanLayers_FSDP2_TP_SP)
     ->RangeMultiplier(10)
     ->Range(10, 10000)
     ->Unit(benchmark::kMillisecond)

@@ -49,6 +49,36 @@ const std::vector<std::pair<std::string, std::string>>& builtin_plans() {
                                            "mlp.net2": {"style": "rowwise", "output_layouts": "Shard(0)"}}}},
                                 {"distribute_module": {"module": "mlp_norm", "mesh_dim": "tp", "input_layouts": "Shard(0)"}},
                                 {"fully_shard": {"module": "", "mesh_dim": "dp"}}]})json"},
+      // torchtitan's parallelize_llama on 8 GPUs as dp_shard 2 x tp 4: the Llama TP plan with
+      // sequence parallelism and loss parallel (the embedding, final norm and output first, then
+      // every block's), then FSDP2 per block and on the root (bfloat16 parameters, float32
+      // reductions). For the llama-style zoo models (zoo:llama2-7b, ...).
+      {"torchtitan-llama", R"json({"world_size": 8, "mesh": {"shape": [2, 4], "dim_names": ["dp_shard", "tp"]},
+        "batch_size": 1, "torch_version": "2.15", "loss_parallel": true, "optimizer": {"type": "adamw"},
+        "steps": [
+          {"parallelize_module": {"module": "", "mesh_dim": "tp", "plan": {
+            "tok_embeddings": {"style": "RowwiseParallel", "input_layouts": "Replicate()", "output_layouts": "Shard(1)"},
+            "norm": "SequenceParallel",
+            "output": {"style": "ColwiseParallel", "input_layouts": "Shard(1)", "output_layouts": "Shard(-1)",
+                       "use_local_output": false}}}},
+          {"parallelize_module": {"module": "layers", "mesh_dim": "tp", "plan": {
+            "*.attention_norm": "SequenceParallel",
+            "*.attention": {"style": "PrepareModuleInput", "input_layouts": ["Shard(1)", null],
+                                   "desired_input_layouts": ["Replicate()", null]},
+            "*.attention.wq": "ColwiseParallel",
+            "*.attention.wk": "ColwiseParallel",
+            "*.attention.wv": "ColwiseParallel",
+            "*.attention.wo": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"},
+            "*.ffn_norm": "SequenceParallel",
+            "*.feed_forward": {"style": "PrepareModuleInput", "input_layouts": ["Shard(1)"],
+                                      "desired_input_layouts": ["Replicate()"]},
+            "*.feed_forward.w1": "ColwiseParallel",
+            "*.feed_forward.w2": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"},
+            "*.feed_forward.w3": "ColwiseParallel"}}},
+          {"torch.distributed.fsdp.fully_shard": {"module": "layers.*", "mesh_dim": "dp_shard",
+            "mp_policy": {"param_dtype": "bfloat16", "reduce_dtype": "float32"}}},
+          {"torch.distributed.fsdp.fully_shard": {"module": "", "mesh_dim": "dp_shard",
+            "mp_policy": {"param_dtype": "bfloat16", "reduce_dtype": "float32"}}}]})json"},
   };
   return plans;
 }
@@ -252,23 +282,74 @@ FullyShard2Step parse_fully_shard2(const JsonReader& node, const Plan& plan) {
   return step;
 }
 
+// PrepareModuleInput / PrepareModuleOutput take one layout per positional input (output): a
+// placement, or a list whose first entry is the module's first tensor and the rest null (None),
+// as torchtitan writes input_layouts=(Shard(1), None).
+std::optional<Placement> first_layout_field(const JsonReader& node, const char* key) {
+  if (!node.has(key) || node.at(key).is_null()) return std::nullopt;
+  JsonReader field = node.at(key);
+  if (!field.is_array()) return placement_field(node, key);
+  if (field.size() == 0) field.fail("expected at least one layout");
+  for (std::size_t i = 1; i < field.size(); ++i)
+    if (!field.at(i).is_null())
+      field.at(i).fail("only a module's first positional tensor is modelled: the other layouts must be null (None)");
+  JsonReader first = field.at(std::size_t{0});
+  if (first.is_null()) return std::nullopt;
+  const std::string text = first.as_string();
+  auto placement = parse_placement(text);
+  if (!placement) first.fail(fmt::format("expected Shard(d), Replicate() or Partial(), got \"{}\"", text));
+  return placement;
+}
+
+TPStyle parse_tp_style(const JsonReader& node, const std::string& style) {
+  if (style == "colwise" || style == "ColwiseParallel") return TPStyle::colwise;
+  if (style == "rowwise" || style == "RowwiseParallel") return TPStyle::rowwise;
+  if (style == "sequence_parallel" || style == "SequenceParallel") return TPStyle::sequence_parallel;
+  if (style == "prepare_input" || style == "PrepareModuleInput") return TPStyle::prepare_input;
+  if (style == "prepare_output" || style == "PrepareModuleOutput") return TPStyle::prepare_output;
+  node.fail(fmt::format(
+      "unknown style \"{}\" (expected ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput or "
+      "PrepareModuleOutput)",
+      style));
+}
+
 TPModuleSpec parse_tp_spec(const JsonReader& node) {
   TPModuleSpec spec;
-  std::string style;
   if (node.is_string()) {
-    style = node.as_string();
-  } else {
-    node.allow_only({"style", "input_layouts", "output_layouts", "use_local_output"});
-    style = node.at("style").as_string();
-    spec.input_layout = placement_field(node, "input_layouts");
-    spec.output_layout = placement_field(node, "output_layouts");
-    spec.use_local_output = node.get_bool("use_local_output", true);
+    spec.style = parse_tp_style(node, node.as_string());
+    if (spec.style == TPStyle::prepare_input || spec.style == TPStyle::prepare_output)
+      node.fail("PrepareModuleInput / PrepareModuleOutput need their layouts: write {\"style\": ..., ...}");
+    return spec;
   }
-  if (style == "colwise" || style == "ColwiseParallel") spec.style = TPStyle::colwise;
-  else if (style == "rowwise" || style == "RowwiseParallel") spec.style = TPStyle::rowwise;
-  else
-    (node.is_string() ? node : node.at("style"))
-        .fail(fmt::format("unknown style \"{}\" (expected colwise or rowwise)", style));
+  spec.style = parse_tp_style(node.at("style"), node.at("style").as_string());
+  switch (spec.style) {
+    case TPStyle::colwise:
+    case TPStyle::rowwise:
+      node.allow_only({"style", "input_layouts", "output_layouts", "use_local_output"});
+      spec.input_layout = placement_field(node, "input_layouts");
+      spec.output_layout = placement_field(node, "output_layouts");
+      break;
+    case TPStyle::sequence_parallel:
+      node.allow_only({"style", "sequence_dim", "use_local_output"});
+      spec.sequence_dim = static_cast<int>(node.get_int("sequence_dim", 1));
+      break;
+    case TPStyle::prepare_input:
+      node.allow_only({"style", "input_layouts", "desired_input_layouts", "use_local_output"});
+      spec.input_layout = first_layout_field(node, "input_layouts");
+      spec.desired_input_layout = first_layout_field(node, "desired_input_layouts");
+      // PyTorch: "input_layouts and desired_input_layouts should have same length!"
+      if (spec.input_layout.has_value() != spec.desired_input_layout.has_value())
+        node.fail("input_layouts and desired_input_layouts should have same length!");
+      break;
+    case TPStyle::prepare_output:
+      node.allow_only({"style", "output_layouts", "desired_output_layouts", "use_local_output"});
+      spec.output_layout = first_layout_field(node, "output_layouts");
+      spec.desired_output_layout = first_layout_field(node, "desired_output_layouts");
+      if (spec.output_layout.has_value() != spec.desired_output_layout.has_value())
+        node.fail("output_layouts and desired_output_layouts should have same length!");
+      break;
+  }
+  if (node.has("use_local_output")) spec.use_local_output = node.get_bool("use_local_output", true);
   return spec;
 }
 
@@ -372,7 +453,8 @@ std::string_view comm_hook_name(CommHook hook) { return kCommHookNames.name(hook
 
 Plan parse_plan(const JsonReader& doc) {
   doc.allow_only({"world_size", "mesh", "batch_size", "seq_len", "input_requires_grad", "iterations",
-                  "gradient_accumulation_steps", "optimizer", "torch_version", "device_memory_gb", "steps", "format"});
+                  "gradient_accumulation_steps", "optimizer", "torch_version", "device_memory_gb", "loss_parallel", "steps",
+                  "format"});
   Plan plan;
   plan.origin = doc.file();
   plan.world_size = static_cast<int>(doc.at("world_size").as_int());
@@ -389,6 +471,7 @@ Plan parse_plan(const JsonReader& doc) {
   if (plan.gradient_accumulation_steps <= 0) doc.at("gradient_accumulation_steps").fail("expected a positive integer");
   if (doc.has("optimizer")) plan.optimizer = parse_optimizer(doc.at("optimizer"));
   if (doc.has("torch_version")) plan.torch_version = parse_version(doc.at("torch_version"));
+  plan.loss_parallel = doc.get_bool("loss_parallel", false);
   if (doc.has("device_memory_gb") && !doc.at("device_memory_gb").is_null()) {
     double gib = doc.at("device_memory_gb").as_number();
     if (gib <= 0) doc.at("device_memory_gb").fail("expected a positive number of GiB");

@@ -55,6 +55,14 @@ std::string train_unsupported_reason(const core::Model& model, const core::Plan&
           "{}: FSDP2 (torch.distributed.fsdp.fully_shard) has no --train numerics yet; `stratsim run` "
           "without --train executes its collectives",
           step.where);
+    if (const auto* tp = std::get_if<core::ParallelizeStep>(&step.body))
+      for (const auto& [pattern, spec] : tp->plan)
+        if (spec.style != core::TPStyle::colwise && spec.style != core::TPStyle::rowwise)
+          return fmt::format(
+              "{}: \"{}\": SequenceParallel / PrepareModuleInput / PrepareModuleOutput have no --train numerics "
+              "yet; `stratsim run` without --train executes their collectives",
+              step.where, pattern);
+    if (plan.loss_parallel) return "loss_parallel has no --train numerics yet";
     const auto* shard = std::get_if<core::FullyShardStep>(&step.body);
     if (shard == nullptr) continue;
     for (const auto& dtype : {shard->param_dtype, shard->reduce_dtype, shard->buffer_dtype})

@@ -74,6 +74,8 @@ INSTANTIATE_TEST_SUITE_P(Recorded, Fsdp2Golden, testing::ValuesIn(load_cases("fs
                          [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(RecordedWithTensorParallel, Fsdp2Golden, testing::ValuesIn(load_cases("fsdp2_tp.json")),
                          [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(RecordedWithSequenceParallel, Fsdp2Golden, testing::ValuesIn(load_cases("tp_sp.json")),
+                         [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
 
 // The recording is what the README says it is: enough cases, from a current PyTorch, and covering
 // what the issue asks for (HSDP, mixed precision, accumulation, several world sizes).
@@ -115,6 +117,36 @@ TEST(Fsdp2GoldenFile, TensorParallelCasesRecordTheirSetup) {
   EXPECT_GE(doc.at("cases").size(), 20u);
   EXPECT_EQ(with_setup, static_cast<int>(doc.at("cases").size()));
   EXPECT_GE(under_fsdp2, 15);
+}
+
+// The sequence-parallel recording covers what torchtitan's plans use: SequenceParallel,
+// PrepareModuleInput with either use_local_output, PrepareModuleOutput, loss_parallel, and FSDP2 on
+// top with mixed precision and accumulation.
+TEST(Fsdp2GoldenFile, SequenceParallelCasesCoverTorchtitansStyles) {
+  std::ifstream in(std::string(STRATSIM_TEST_DATA) + "/golden/tp_sp.json");
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  EXPECT_TRUE(doc.at("recorded_with").get<std::string>().starts_with("PyTorch 2.15"));
+  int sequence_parallel = 0, prepare_output = 0, local_input = 0, loss_parallel = 0, fsdp = 0, mixed = 0,
+      accumulation = 0;
+  for (const nlohmann::json& c : doc.at("cases")) {
+    const nlohmann::json& plan = c.at("plan");
+    const std::string text = plan.dump();
+    sequence_parallel += text.find("SequenceParallel") != std::string::npos;
+    prepare_output += text.find("PrepareModuleOutput") != std::string::npos;
+    local_input += text.find(R"("use_local_output":true)") != std::string::npos;
+    loss_parallel += plan.value("loss_parallel", false);
+    fsdp += text.find("torch.distributed.fsdp.fully_shard") != std::string::npos;
+    mixed += text.find("bfloat16") != std::string::npos;
+    accumulation += plan.at("gradient_accumulation_steps").get<int>() > 1;
+  }
+  EXPECT_GE(doc.at("cases").size(), 40u);
+  EXPECT_GE(sequence_parallel, 20);
+  EXPECT_GE(prepare_output, 3);
+  EXPECT_GE(local_input, 3);
+  EXPECT_GE(loss_parallel, 15);
+  EXPECT_GE(fsdp, 8);
+  EXPECT_GE(mixed, 3);
+  EXPECT_GE(accumulation, 2);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -20,6 +21,10 @@ inline std::int64_t product(const std::vector<std::int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
 }
 
+// fnmatch of a dotted pattern against a dotted FQN, atom by atom ('*' stays inside one atom), as
+// parallelize_module resolves its plan keys.
+bool fqn_matches(const std::string& pattern, const std::string& fqn);
+
 // A parameter as the planned rank holds it.
 struct ParamState {
   std::vector<std::int64_t> local_shape;  // after tensor parallelism (padded shard)
@@ -31,6 +36,10 @@ struct ParamState {
   int fsdp2_group = -1;  // FSDP2 parameter group
   int ddp = -1;          // DDP instance
   int ddp_index = -1;    // variable index inside that instance
+  // A replicated DTensor parameter (SequenceParallel's norm weight) applied to an input sharded
+  // along a non-feature dim gets a Partial gradient on these mesh dims; autograd leaves it so, and
+  // FSDP2's post-backward or the optimizer's first op all-reduces it.
+  std::vector<int> partial_grad_dims;
 };
 
 // A tensor of the forward: local shape [batch, (seq,) features] on the planned rank. `id` names
@@ -40,6 +49,12 @@ struct Activation {
   bool requires_grad = false;
   DType dtype = DType::float32;
   int id = -1;
+  // A DTensor between modules (SequenceParallel's or PrepareModuleInput's output with
+  // use_local_output=False): its placement on `dtensor_dims`, and the autograd node through which
+  // its consumers hand back the placement of its gradient. Unset: a plain tensor.
+  std::optional<Placement> dtensor;
+  std::vector<int> dtensor_dims;
+  int grad_node = -1;
   std::int64_t features() const { return shape.back(); }
   std::int64_t tokens() const { return product(shape) / shape.back(); }
   std::int64_t bytes() const { return product(shape) * dtype_size(dtype); }
@@ -80,6 +95,9 @@ class PlanContext {
   int next_tensor = 0;
 
   int module_or_fail(const std::string& fqn, const std::string& where, const char* field = "module") const;
+  // A plan step's "module" as fnmatch pattern over dotted FQNs ("layers.*", as torchtitan loops
+  // over model.layers): the matches in pre-order; a name without '*' or '?' is the module itself.
+  std::vector<int> modules_matching(const std::string& pattern, const std::string& where) const;
   std::vector<int> dims_of(const std::vector<std::string>& names) const;
   std::string group_name(const std::vector<int>& dims) const { return mesh.describe_dims(dims); }
   DType act_dtype() const { return model.params.empty() ? DType::float32 : model.params.front().dtype; }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "stratsim/core/errors.hpp"
+#include "tensor_parallel.hpp"
 
 namespace stratsim::core::planner {
 
@@ -232,15 +233,24 @@ void FullyShard2::post_backward(int g) {
   const int d = dtype_size(reduce);
   std::int64_t shard = 0;
   std::vector<std::string> names;
+  std::vector<int> reduced;
   for (std::size_t i = 0; i < group.params.size(); ++i) {
     const int p = group.params[i];
     if (!has_grad_[p]) continue;
     has_grad_[p] = false;
+    reduced.push_back(p);
     shard += group.shard_numels[i];
     names.push_back(context_.model.params[p].fqn);
   }
   group.grads_pending = false;
   const std::string& label = context_.label(group.module);
+  // _get_grad_inner_tensor: a gradient Partial over a non-data-parallel dim (a SequenceParallel
+  // norm's) is all-reduced there first, in the gradient's dtype.
+  const DType grad_dtype = group.grad_dtype(context_.plan.torch_version);
+  for (const int p : reduced)
+    if (!context_.params[p].partial_grad_dims.empty())
+      all_reduce_partial_param_grad(context_, builder_, p, context_.params[p].local_numel * dtype_size(grad_dtype),
+                                    grad_dtype, builder_.last_compute, Phase::backward);
   int id = builder_.last_compute;
   const bool scatters = group.world > 1 || context_.plan.torch_version.fsdp2_reduce_scatters_one_rank();
   if (scatters)

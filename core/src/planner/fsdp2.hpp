@@ -78,6 +78,10 @@ class FullyShard2 {
       return config.reduce_dtype.value_or(version.fsdp2_grads_in_param_dtype() ? param_dtype() : orig_dtype);
     }
     std::int64_t unsharded_numel() const { return shard_numel * world; }
+    // The dtype autograd writes the unsharded gradients in (before the cast to reduce_dtype).
+    DType grad_dtype(const TorchVersion& version) const {
+      return version.fsdp2_grads_in_param_dtype() ? param_dtype() : orig_dtype;
+    }
   };
 
   bool reshard_after_forward(const Group& group) const;

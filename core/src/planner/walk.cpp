@@ -46,11 +46,18 @@ void Walk::apply_plan() {
           else if constexpr (std::is_same_v<T, DistributeModuleStep>) tp_.apply_distribute(body, step);
           else if constexpr (std::is_same_v<T, ReplicateStep>) ddp_.apply_replicate(body, step);
           else if constexpr (std::is_same_v<T, FullyShardStep>) fsdp_.apply_fully_shard(body, step);
-          else if constexpr (std::is_same_v<T, FullyShard2Step>) fsdp2_.apply_fully_shard(body, step);
-          else {
-            const int m = context_.module_or_fail(body.module, step.where);
-            context_.checkpointed[m] = true;
-            context_.selective[m] = body.policy == CheckpointPolicy::selective_op;
+          else if constexpr (std::is_same_v<T, FullyShard2Step>) {
+            // `for layer in model.layers.values(): fully_shard(layer)` as one step: "layers.*".
+            for (const int m : context_.modules_matching(body.module, step.where)) {
+              FullyShard2Step one = body;
+              one.module = context_.model.modules[m].fqn;
+              fsdp2_.apply_fully_shard(one, step);
+            }
+          } else {
+            for (const int m : context_.modules_matching(body.module, step.where)) {
+              context_.checkpointed[m] = true;
+              context_.selective[m] = body.policy == CheckpointPolicy::selective_op;
+            }
           }
         },
         step.body);
@@ -173,8 +180,15 @@ void Walk::cast_activation(Activation& act, std::optional<DType> dtype) {
 void Walk::run_module_body(int m, Activation& act, Mode mode, std::span<const Activation> side) {
   const Module& module = context_.model.modules[m];
   tp_.input_hook(m, act, mode);
-  if (module.leaf != LeafKind::container) forward_leaf(m, act, mode, side);
-  else run_forward_steps(m, act, mode);
+  if (module.leaf == LeafKind::container) {
+    run_forward_steps(m, act, mode);
+  } else if (act.dtensor) {
+    const Activation input = act;
+    forward_leaf(m, act, mode, side);
+    tp_.leaf_hook(m, input, act, mode);
+  } else {
+    forward_leaf(m, act, mode, side);
+  }
   tp_.output_hook(m, act, mode);
 }
 
@@ -233,6 +247,9 @@ Activation Walk::forward_join(int m, const ForwardStep& step, const std::vector<
   if (step.join == JoinKind::concat) out.shape.back() = width;
   out.dtype = builder_.compute_dtypes[m];
   out.id = context_.fresh_tensor();
+  std::vector<const Activation*> inputs;
+  for (int slot : step.inputs) inputs.push_back(&slots[slot]);
+  tp_.join_hook(m, inputs, out, mode);
   const JoinCost cost = join_cost(step.join, step.inputs.size(), product(out.shape), dtype_size(out.dtype));
   const Phase phase = phase_of(mode);
   // "layers.0.add.x.forward": the container, the join, the tensor it writes.
@@ -419,6 +436,10 @@ void Walk::grad_ready(int p, int producer) {
   if (!param.requires_grad) return;
   producer = tp_.reduce_partial_grad(p, producer);
   if (context_.params[p].fsdp_unit >= 0) {
+    // FSDP1 flattens the local gradients: a Partial one is reduced before it loses its placement.
+    if (!context_.params[p].partial_grad_dims.empty())
+      producer = all_reduce_partial_param_grad(context_, builder_, p, context_.param_bytes(p),
+                                               context_.model.params[p].dtype, producer, Phase::backward);
     fsdp_.grad_ready(p, producer);
     return;
   }
@@ -455,6 +476,16 @@ void Walk::optimizer_step() {
   for (const FullyShard2::Shard& shard : fsdp2_.resident_shards()) {
     elements += static_cast<double>(shard.numel);
     bytes += cost.bytes(shard.numel, dtype_size(shard.dtype));
+  }
+  // A Partial gradient (a SequenceParallel norm's) stays so in .grad: the optimizer's first op on
+  // it redistributes it to the parameter's Replicate, in parameter order.
+  for (std::size_t p = 0; p < context_.params.size(); ++p) {
+    const ParamState& state = context_.params[p];
+    if (state.partial_grad_dims.empty() || sharded(static_cast<int>(p)) || !context_.model.params[p].requires_grad)
+      continue;
+    builder_.iteration_grad_ops.push_back(all_reduce_partial_param_grad(
+        context_, builder_, static_cast<int>(p), context_.param_bytes(static_cast<int>(p)),
+        context_.model.params[p].dtype, builder_.last_compute, Phase::optimizer));
   }
   builder_.last_optimizer_op =
       builder_.compute("optimizer.step", 0, Phase::optimizer, "optimizer", cost.flops_per_element * elements, bytes,

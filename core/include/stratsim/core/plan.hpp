@@ -114,16 +114,32 @@ struct CheckpointStep {
   CheckpointPolicy policy = CheckpointPolicy::full;
 };
 
-enum class TPStyle { colwise, rowwise };
+// parallelize_module's ParallelStyles. colwise / rowwise shard an nn.Linear or nn.Embedding;
+// sequence_parallel (SequenceParallel) runs a norm or dropout on inputs sharded along the sequence,
+// its parameters Replicate DTensors (from_local: no collective); prepare_input / prepare_output
+// (PrepareModuleInput / PrepareModuleOutput) only annotate and redistribute a module's input or
+// output.
+enum class TPStyle { colwise, rowwise, sequence_parallel, prepare_input, prepare_output };
 struct TPModuleSpec {
   TPStyle style = TPStyle::colwise;
-  std::optional<Placement> input_layout, output_layout;
-  bool use_local_output = true;
+  // colwise / rowwise: input_layouts and output_layouts. prepare_input: input_layouts and
+  // desired_input_layouts of the module's first positional input (unset: the input is left alone).
+  // prepare_output: output_layouts and desired_output_layouts.
+  std::optional<Placement> input_layout, output_layout, desired_input_layout, desired_output_layout;
+  // Unset: the style's default (colwise, rowwise, prepare_output: true; sequence_parallel,
+  // prepare_input: false, so that their DTensor flows on into the next module).
+  std::optional<bool> use_local_output;
+  int sequence_dim = 1;  // sequence_parallel
+  bool local_output() const {
+    return use_local_output.value_or(style != TPStyle::sequence_parallel && style != TPStyle::prepare_input);
+  }
 };
 struct ParallelizeStep {
   std::string module;  // parallelize_module's root
   std::vector<std::string> mesh_dims;
-  std::vector<std::pair<std::string, TPModuleSpec>> plan;  // relative FQN pattern (fnmatch '*') -> style
+  // relative FQN pattern (fnmatch '*') -> style. The modules are styled in module pre-order (a
+  // JSON object's keys come sorted); torchtitan's plans list them in that order.
+  std::vector<std::pair<std::string, TPModuleSpec>> plan;
 };
 struct DistributeModuleStep {
   std::string module;
@@ -164,6 +180,10 @@ struct Plan {
   int gradient_accumulation_steps = 1;  // no_sync for the first k-1 of every k micro-steps
   OptimizerConfig optimizer;
   TorchVersion torch_version;
+  // The loss runs under torch.distributed.tensor.parallel.loss_parallel(): a cross entropy over
+  // logits sharded on the class dimension all-reduces the max, the sum of exponentials and the
+  // target logits instead of gathering the logits.
+  bool loss_parallel = false;
   std::optional<double> device_memory_gib;
   std::vector<PlanStep> steps;
 };
