@@ -8,6 +8,7 @@ packages=(
   libsimgrid-dev
   libgloo-dev libhiredis-dev libeigen3-dev redis-server
   qt6-base-dev qt6-base-dev-tools qt6-svg-dev fonts-dejavu-core libvalijson-dev
+  python3
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -67,7 +67,7 @@ class Attention(nn.Module):
 def rotary(x):
     """Rotary embedding's arithmetic (element-wise on local heads; no collective)."""
     half = x.shape[-1] // 2
-    angle = torch.arange(x.shape[1], dtype=torch.float32).view(1, -1, 1, 1) / 10.0
+    angle = torch.arange(x.shape[1], dtype=torch.float32, device=x.device).view(1, -1, 1, 1) / 10.0
     x1, x2 = x[..., :half], x[..., half:]
     cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
