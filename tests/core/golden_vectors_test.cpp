@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "planner_test_support.hpp"
@@ -74,6 +75,8 @@ INSTANTIATE_TEST_SUITE_P(Recorded, Fsdp2Golden, testing::ValuesIn(load_cases("fs
                          [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(RecordedWithTensorParallel, Fsdp2Golden, testing::ValuesIn(load_cases("fsdp2_tp.json")),
                          [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(RecordedFsdp1, Fsdp2Golden, testing::ValuesIn(load_cases("fsdp1.json")),
+                         [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(RecordedWithSequenceParallel, Fsdp2Golden, testing::ValuesIn(load_cases("tp_sp.json")),
                          [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
 
@@ -117,6 +120,31 @@ TEST(Fsdp2GoldenFile, TensorParallelCasesRecordTheirSetup) {
   EXPECT_GE(doc.at("cases").size(), 20u);
   EXPECT_EQ(with_setup, static_cast<int>(doc.at("cases").size()));
   EXPECT_GE(under_fsdp2, 15);
+}
+
+// The FSDP1 recording covers the wrapper's options, the ones that move the reductions included.
+TEST(Fsdp2GoldenFile, Fsdp1CasesCoverTheWrappersOptions) {
+  std::ifstream in(std::string(STRATSIM_TEST_DATA) + "/golden/fsdp1.json");
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  EXPECT_TRUE(doc.at("recorded_with").get<std::string>().starts_with("PyTorch 2.15"));
+  std::map<std::string, int> strategies;
+  int forward_prefetch = 0, backward_post = 0, mixed = 0, accumulation = 0, orig_params = 0;
+  for (const nlohmann::json& c : doc.at("cases")) {
+    const nlohmann::json& args = c.at("plan").at("steps").front().at("FullyShardedDataParallel");
+    strategies[args.at("strategy").get<std::string>()]++;
+    forward_prefetch += args.at("forward_prefetch").get<bool>();
+    backward_post += args.at("backward_prefetch") == "BACKWARD_POST";
+    mixed += args.contains("mixed_precision");
+    orig_params += args.at("use_orig_params").get<bool>();
+    accumulation += c.at("plan").at("gradient_accumulation_steps").get<int>() > 1;
+  }
+  EXPECT_GE(doc.at("cases").size(), 40u);
+  EXPECT_EQ(strategies.size(), 4u);  // FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD
+  EXPECT_GE(forward_prefetch, 8);
+  EXPECT_GE(backward_post, 8);
+  EXPECT_GE(mixed, 4);
+  EXPECT_GE(orig_params, 10);
+  EXPECT_GE(accumulation, 8);
 }
 
 // The sequence-parallel recording covers what torchtitan's plans use: SequenceParallel,

@@ -191,8 +191,12 @@ void FullyShard::pre_forward_unit(int u, Mode mode) {
     return;
   }
   if (!context_.first_iteration_done) first_forward_unit_order_.push_back(u);
-  if (unit.prefetched) unit.prefetched = false;
-  else if (!unit.unsharded) all_gather(u, Phase::forward, "pre-forward");
+  if (unit.prefetched) {
+    unit.prefetched = false;  // its views were made when it was prefetched
+  } else {
+    if (!unit.unsharded) all_gather(u, Phase::forward, "pre-forward");
+    mark_views(u, mode);
+  }
   // forward_prefetch follows the first iteration's order, so it takes effect from iteration 2.
   if (unit.config.forward_prefetch && context_.first_iteration_done) {
     auto it = std::find(first_forward_unit_order_.begin(), first_forward_unit_order_.end(), u);
@@ -201,6 +205,7 @@ void FullyShard::pre_forward_unit(int u, Mode mode) {
       if (!next.unsharded && !next.prefetched) {
         all_gather(*(it + 1), Phase::forward, "forward prefetch");
         next.prefetched = true;
+        mark_views(*(it + 1), mode);
       }
     }
   }
@@ -222,6 +227,27 @@ void FullyShard::post_forward_unit(int u, Mode mode) {
   tape_.push_output_hook([this, u]() { pre_backward(u); });
 }
 
+// Every unshard in forward makes the parameters views of the flat parameter (_use_unsharded_views:
+// one split, one view per parameter). Their gradients reach the flat parameter's AccumulateGrad,
+// whose hook is the post-backward, only through that split node, and autograd's ready queue runs
+// the node with the highest sequence number first: the split, made at the unshard, waits until
+// backward has come back to the point where it was made. So the reduction sits on the tape where
+// the views were made -- the unit's pre-forward, or the pre-forward of the unit before it when
+// forward_prefetch made them early -- not where its last gradient is computed. The root's
+// reduction comes last, a prefetched unit's after the next backward all-gather, and tensor
+// parallel's input-gradient all-reduces inside the unit before it (PyTorch 2.15, recorded).
+void FullyShard::mark_views(int u, Mode mode) {
+  if (mode == Mode::replay) return;  // the recomputation's views carry no gradient
+  ++units_[u].views_pending;
+  tape_.push([this, u]() { views_reached(u); });
+}
+
+void FullyShard::views_reached(int u) {
+  Unit& unit = units_[u];
+  if (--unit.views_pending > 0 || unit.reduced) return;
+  if (unit.used_params > 0 && unit.pending_grads == 0) post_backward(u, builder_.last_compute);
+}
+
 void FullyShard::pre_backward(int u) {
   Unit& unit = units_[u];
   if (unit.prefetched) unit.prefetched = false;
@@ -239,6 +265,7 @@ void FullyShard::pre_backward(int u) {
 
 void FullyShard::post_backward(int u, int producer) {
   Unit& unit = units_[u];
+  unit.reduced = true;
   const ShardingStrategy s = unit.config.strategy;
   const bool sharded = s != ShardingStrategy::no_shard;
   const bool reshard_after_forward = s == ShardingStrategy::full_shard || s == ShardingStrategy::hybrid_shard;
@@ -344,8 +371,11 @@ void FullyShard::begin_iteration() {
     // The flat parameter's post-backward hook fires once the gradients of the parameters the
     // forward used are in: an unused parameter never gets one, and must not hold the
     // reduce-scatter back (FSDP1's hook sits on the FlatParameter's AccumulateGrad).
-    unit.pending_grads = static_cast<int>(
+    unit.used_params = static_cast<int>(
         std::count_if(unit.params.begin(), unit.params.end(), [&](int p) { return context_.used_in_forward[p]; }));
+    unit.pending_grads = unit.used_params;
+    unit.views_pending = 0;
+    unit.reduced = false;
     unit.post_forward_order = -1;
   }
   if (context_.iteration == 1) sync_module_states();
@@ -370,7 +400,10 @@ void FullyShard::grad_ready(int p, int producer) {
     unit.grad_allocated = true;
     builder_.add_memory(unit.padded * dtype_size(unit.param_dtype()), MemoryTracker::Kind::gradient);
   }
-  if (--unit.pending_grads == 0) post_backward(context_.params[p].fsdp_unit, producer);
+  // Normally the views' node comes later (views_reached); a gradient that arrives after it (a
+  // parameter used outside the unit's forward) reduces now.
+  if (--unit.pending_grads == 0 && unit.views_pending == 0 && !unit.reduced)
+    post_backward(context_.params[p].fsdp_unit, producer);
 }
 
 void FullyShard::sync_module_states() {

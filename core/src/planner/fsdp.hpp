@@ -3,7 +3,8 @@
 // modules) and sizes each flat parameter (use_orig_params alignment, padding to the group);
 // forward all-gathers a unit before its first use and reshards after (by strategy), with forward
 // and backward prefetch and the all-gather rate limiter; backward re-gathers in pre-backward hooks
-// and reduce-scatters (or all-reduces, for NO_SHARD and HSDP) once the unit's gradients are in.
+// and reduce-scatters (or all-reduces, for NO_SHARD and HSDP) when autograd reaches the flat
+// parameter, which is later than its last gradient (see views_reached).
 // Owns the units; emits through the ProgramBuilder and hooks into the BackwardTape.
 #pragma once
 
@@ -58,7 +59,10 @@ class FullyShard {
     bool unsharded = false;
     bool prefetched = false;
     bool backward_pre_done = false;
-    int pending_grads = 0;
+    int pending_grads = 0;  // used parameters whose gradient is not in yet
+    int used_params = 0;    // parameters the forward reads (no gradient, no reduction)
+    int views_pending = 0;  // forward views whose autograd node backward has not reached
+    bool reduced = false;   // post-backward ran this iteration
     int post_forward_order = -1;
     int all_gather_op = -1;
     bool grad_allocated = false;
@@ -75,6 +79,8 @@ class FullyShard {
   void post_forward_unit(int u, Mode mode);
   void pre_backward(int u);
   void post_backward(int u, int producer);
+  void mark_views(int u, Mode mode);
+  void views_reached(int u);
   void sync_module_states();
 
   PlanContext& context_;

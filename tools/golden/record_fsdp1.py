@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Record what real PyTorch's FSDP1 (the FullyShardedDataParallel wrapper) issues, as golden vectors.
+
+For each generated case (a small model, FullyShardedDataParallel with a sharding strategy, an
+auto-wrap policy, use_orig_params, forward and backward prefetch, mixed precision, gradient
+accumulation under no_sync, and in the "fsdp1_tp" family Colwise/Rowwise tensor parallelism on a
+dp x tp mesh under it) this records every collective in issue order under PyTorch's fake process
+group, as record_fsdp2.py does, and writes the case as a stratsim model and plan.
+
+FSDP1 needs an accelerator unless given device_id=cpu; on CPU it all-gathers the flat parameter
+with the list form (c10d.allgather_), where a GPU run issues c10d._allgather_base_ with the same
+bytes: the recording keys it as the GPU run does.
+
+    python tools/golden/record_fsdp1.py --cases 40 --seed 4 -o tests/data/golden/fsdp1.json
+    python tools/golden/record_fsdp1.py --family fsdp1_tp --cases 20 --seed 5 -o tests/data/golden/fsdp1_tp.json
+"""
+
+import argparse
+import os
+import random
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_fsdp2 import (DTYPES, CollectiveRecorder, apply_tensor_parallel, build_model,  # noqa: E402
+                          compact_json, random_model, random_tp_model, torch_version_rule)
+
+STRATEGIES = {"FULL_SHARD": ShardingStrategy.FULL_SHARD, "SHARD_GRAD_OP": ShardingStrategy.SHARD_GRAD_OP,
+              "NO_SHARD": ShardingStrategy.NO_SHARD, "HYBRID_SHARD": ShardingStrategy.HYBRID_SHARD}
+PREFETCH = {"BACKWARD_PRE": BackwardPrefetch.BACKWARD_PRE, "BACKWARD_POST": BackwardPrefetch.BACKWARD_POST,
+            None: None}
+
+
+def random_fsdp_args(rng, hsdp):
+    args = {"module": ""}
+    if hsdp:
+        args["strategy"] = "HYBRID_SHARD"
+    else:
+        args["strategy"] = rng.choice(["FULL_SHARD", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"])
+    wrap = rng.choice([None, ["Sequential"], ["Linear"]])
+    if wrap:
+        args["policy"] = {"module_types": wrap}
+    args["use_orig_params"] = rng.random() < 0.5
+    args["forward_prefetch"] = rng.random() < 0.4
+    args["backward_prefetch"] = rng.choice(["BACKWARD_PRE", "BACKWARD_PRE", "BACKWARD_POST", None])
+    if rng.random() < 0.25:
+        args["mixed_precision"] = {"param_dtype": "bfloat16", "reduce_dtype": rng.choice(["bfloat16", "float32"])}
+    return args
+
+
+def random_plan(rng, family):
+    if family == "fsdp1":
+        doc, width = random_model(rng)
+        world = rng.choice([2, 3, 4, 4, 8])
+        hsdp = world in (4, 8) and rng.random() < 0.25
+        if hsdp:
+            mesh = {"shape": [2, world // 2], "dim_names": ["dp_replicate", "dp_shard"]}
+        else:
+            mesh = {"shape": [world], "dim_names": ["dp"]}
+        args = random_fsdp_args(rng, hsdp)
+        args["mesh_dim"] = mesh["dim_names"]
+        steps = [{"FullyShardedDataParallel": args}]
+    else:
+        shape = rng.choice([(2, 2), (2, 2), (1, 2), (4, 2), (2, 4)])
+        doc, width = random_tp_model(rng, shape[1])
+        world = shape[0] * shape[1]
+        mesh = {"shape": list(shape), "dim_names": ["dp", "tp"]}
+        blocks = [m["name"] for m in doc["modules"] if m["type"] == "Sequential"]
+        plan = {}
+        for block in blocks:
+            if rng.random() < 0.8 or not plan:
+                plan[f"{block}.fc_in"] = "colwise"
+                plan[f"{block}.fc_out"] = "rowwise"
+        args = random_fsdp_args(rng, False)
+        args["use_orig_params"] = True  # FSDP1 over DTensor parameters needs it
+        args["strategy"] = rng.choice(["FULL_SHARD", "SHARD_GRAD_OP"])
+        args["mesh_dim"] = ["dp"]
+        steps = [{"parallelize_module": {"module": "", "mesh_dim": "tp", "plan": plan}},
+                 {"FullyShardedDataParallel": args}]
+    accumulation = rng.choice([1, 1, 2])
+    return doc, width, {
+        "world_size": world, "mesh": mesh, "batch_size": rng.choice([1, 2, 4]),
+        "input_requires_grad": rng.random() < 0.25, "iterations": 2 * accumulation,
+        "gradient_accumulation_steps": accumulation, "torch_version": torch_version_rule(), "steps": steps}
+
+
+def record_case(doc, width, plan):
+    mesh_spec = plan["mesh"]
+    mesh = init_device_mesh("cpu", tuple(mesh_spec["shape"]), mesh_dim_names=tuple(mesh_spec["dim_names"]))
+    group_names = {mesh.get_group(name).group_name: name for name in mesh_spec["dim_names"]}
+    torch.manual_seed(0)
+    model = build_model(doc)
+    recorder = CollectiveRecorder(group_names)
+    wrapped = model
+    with recorder:
+        for step in plan["steps"]:
+            if "parallelize_module" in step:
+                apply_tensor_parallel(model, mesh, step["parallelize_module"])
+                continue
+            args = step["FullyShardedDataParallel"]
+            dims = args["mesh_dim"]
+            sub_mesh = mesh[tuple(dims)] if len(dims) > 1 else mesh[dims[0]]
+            mp = None
+            if "mixed_precision" in args:
+                mp = MixedPrecision(param_dtype=DTYPES[args["mixed_precision"]["param_dtype"]],
+                                    reduce_dtype=DTYPES[args["mixed_precision"]["reduce_dtype"]])
+            policy = None
+            if "policy" in args:
+                classes = {"Sequential": torch.nn.Sequential, "Linear": torch.nn.Linear}
+                policy = ModuleWrapPolicy({classes[t] for t in args["policy"]["module_types"]})
+            wrapped = FSDP(model, device_mesh=sub_mesh, sharding_strategy=STRATEGIES[args["strategy"]],
+                           auto_wrap_policy=policy, use_orig_params=args["use_orig_params"],
+                           forward_prefetch=args["forward_prefetch"],
+                           backward_prefetch=PREFETCH[args["backward_prefetch"]], mixed_precision=mp,
+                           device_id=torch.device("cpu"))
+    init = [gpu_key(r) for r in recorder.records]
+    optimizer = torch.optim.SGD(wrapped.parameters(), lr=0.01)
+    accumulation = plan["gradient_accumulation_steps"]
+    iterations = []
+    with recorder:
+        for micro in range(1, plan["iterations"] + 1):
+            sync = micro % accumulation == 0
+            start = len(recorder.records)
+            x = torch.randn(plan["batch_size"], width, requires_grad=plan["input_requires_grad"])
+            if sync:
+                wrapped(x).sum().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            else:
+                with wrapped.no_sync():
+                    wrapped(x).sum().backward()
+            iterations.append([gpu_key(r) for r in recorder.records[start:]])
+    return init, iterations
+
+
+def gpu_key(record):
+    """The flat parameter's all-gather as a GPU run keys it (see the module docstring)."""
+    if record["op"] == "c10d.allgather_":
+        record = dict(record, op="c10d._allgather_base_")
+    return record
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", choices=["fsdp1", "fsdp1_tp"], default="fsdp1")
+    parser.add_argument("--cases", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=4)
+    parser.add_argument("-o", "--output", required=True)
+    options = parser.parse_args()
+    rng = random.Random(options.seed)
+    cases = []
+    while len(cases) < options.cases:
+        doc, width, plan = random_plan(rng, options.family)
+        name = f"{options.family}_{len(cases):02d}"
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan["world_size"])
+        init, iterations = record_case(doc, width, plan)
+        case = {"name": name, "model": dict(doc, input_features=width), "plan": plan}
+        if init:
+            case["init"] = init
+        case["iterations"] = iterations
+        cases.append(case)
+        print(f"{name}: world {plan['world_size']}, {sum(len(i) for i in iterations)} collectives", file=sys.stderr)
+    out = {"recorded_with": f"PyTorch {torch.__version__}, fake process group, CPU tensors",
+           "generator": "tools/golden/record_fsdp1.py", "family": options.family, "seed": options.seed,
+           "cases": cases}
+    with open(options.output, "w") as f:
+        f.write(compact_json(out))
+
+
+if __name__ == "__main__":
+    main()
