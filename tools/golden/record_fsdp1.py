@@ -3,8 +3,7 @@
 
 For each generated case (a small model, FullyShardedDataParallel with a sharding strategy, an
 auto-wrap policy, use_orig_params, forward and backward prefetch, mixed precision, gradient
-accumulation under no_sync, and in the "fsdp1_tp" family Colwise/Rowwise tensor parallelism on a
-dp x tp mesh under it) this records every collective in issue order under PyTorch's fake process
+accumulation under no_sync) this records every collective in issue order under PyTorch's fake process
 group, as record_fsdp2.py does, and writes the case as a stratsim model and plan.
 
 FSDP1 needs an accelerator unless given device_id=cpu; on CPU it all-gathers the flat parameter
@@ -12,7 +11,9 @@ with the list form (c10d.allgather_), where a GPU run issues c10d._allgather_bas
 bytes: the recording keys it as the GPU run does.
 
     python tools/golden/record_fsdp1.py --cases 40 --seed 4 -o tests/data/golden/fsdp1.json
-    python tools/golden/record_fsdp1.py --family fsdp1_tp --cases 20 --seed 5 -o tests/data/golden/fsdp1_tp.json
+
+FSDP1 over tensor parallelism is not recorded: under the fake process group FSDP1's gradient
+writeback fails on DTensor gradients ("Cannot writeback when the gradient shape changes").
 """
 
 import argparse
@@ -30,7 +31,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from record_fsdp2 import (DTYPES, CollectiveRecorder, apply_tensor_parallel, build_model,  # noqa: E402
-                          compact_json, random_model, random_tp_model, torch_version_rule)
+                          compact_json, random_model, torch_version_rule)
 
 STRATEGIES = {"FULL_SHARD": ShardingStrategy.FULL_SHARD, "SHARD_GRAD_OP": ShardingStrategy.SHARD_GRAD_OP,
               "NO_SHARD": ShardingStrategy.NO_SHARD, "HYBRID_SHARD": ShardingStrategy.HYBRID_SHARD}
@@ -55,35 +56,17 @@ def random_fsdp_args(rng, hsdp):
     return args
 
 
-def random_plan(rng, family):
-    if family == "fsdp1":
-        doc, width = random_model(rng)
-        world = rng.choice([2, 3, 4, 4, 8])
-        hsdp = world in (4, 8) and rng.random() < 0.25
-        if hsdp:
-            mesh = {"shape": [2, world // 2], "dim_names": ["dp_replicate", "dp_shard"]}
-        else:
-            mesh = {"shape": [world], "dim_names": ["dp"]}
-        args = random_fsdp_args(rng, hsdp)
-        args["mesh_dim"] = mesh["dim_names"]
-        steps = [{"FullyShardedDataParallel": args}]
+def random_plan(rng):
+    doc, width = random_model(rng)
+    world = rng.choice([2, 3, 4, 4, 8])
+    hsdp = world in (4, 8) and rng.random() < 0.25
+    if hsdp:
+        mesh = {"shape": [2, world // 2], "dim_names": ["dp_replicate", "dp_shard"]}
     else:
-        shape = rng.choice([(2, 2), (2, 2), (1, 2), (4, 2), (2, 4)])
-        doc, width = random_tp_model(rng, shape[1])
-        world = shape[0] * shape[1]
-        mesh = {"shape": list(shape), "dim_names": ["dp", "tp"]}
-        blocks = [m["name"] for m in doc["modules"] if m["type"] == "Sequential"]
-        plan = {}
-        for block in blocks:
-            if rng.random() < 0.8 or not plan:
-                plan[f"{block}.fc_in"] = "colwise"
-                plan[f"{block}.fc_out"] = "rowwise"
-        args = random_fsdp_args(rng, False)
-        args["use_orig_params"] = True  # FSDP1 over DTensor parameters needs it
-        args["strategy"] = rng.choice(["FULL_SHARD", "SHARD_GRAD_OP"])
-        args["mesh_dim"] = ["dp"]
-        steps = [{"parallelize_module": {"module": "", "mesh_dim": "tp", "plan": plan}},
-                 {"FullyShardedDataParallel": args}]
+        mesh = {"shape": [world], "dim_names": ["dp"]}
+    args = random_fsdp_args(rng, hsdp)
+    args["mesh_dim"] = mesh["dim_names"]
+    steps = [{"FullyShardedDataParallel": args}]
     accumulation = rng.choice([1, 1, 2])
     return doc, width, {
         "world_size": world, "mesh": mesh, "batch_size": rng.choice([1, 2, 4]),
@@ -149,7 +132,6 @@ def gpu_key(record):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", choices=["fsdp1", "fsdp1_tp"], default="fsdp1")
     parser.add_argument("--cases", type=int, default=40)
     parser.add_argument("--seed", type=int, default=4)
     parser.add_argument("-o", "--output", required=True)
@@ -157,8 +139,8 @@ def main():
     rng = random.Random(options.seed)
     cases = []
     while len(cases) < options.cases:
-        doc, width, plan = random_plan(rng, options.family)
-        name = f"{options.family}_{len(cases):02d}"
+        doc, width, plan = random_plan(rng)
+        name = f"fsdp1_{len(cases):02d}"
         if dist.is_initialized():
             dist.destroy_process_group()
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan["world_size"])
@@ -170,7 +152,7 @@ def main():
         cases.append(case)
         print(f"{name}: world {plan['world_size']}, {sum(len(i) for i in iterations)} collectives", file=sys.stderr)
     out = {"recorded_with": f"PyTorch {torch.__version__}, fake process group, CPU tensors",
-           "generator": "tools/golden/record_fsdp1.py", "family": options.family, "seed": options.seed,
+           "generator": "tools/golden/record_fsdp1.py", "family": "fsdp1", "seed": options.seed,
            "cases": cases}
     with open(options.output, "w") as f:
         f.write(compact_json(out))
