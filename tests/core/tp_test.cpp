@@ -93,3 +93,20 @@ TEST(TensorParallel, ShardToShardIsOneAllToAllFrom24AndAnAllGatherBefore) {
     EXPECT_EQ(moves, 4);  // net1's output and its gradient, net2's input and its gradient
   }
 }
+
+// FSDP1 over tensor parallelism: a unit's reduce-scatter waits for autograd to come back to its
+// views' split node, so the Colwise layer's input-gradient all-reduce inside the unit comes first
+// (the issue's third ordering rule; recorded FSDP1 cases pin the other two).
+TEST(TensorParallel, Fsdp1ReducesAUnitAfterItsTensorParallelInputGradient) {
+  const Model model = load_model("zoo:MLPModule");
+  const auto doc = parse_document(R"J({"world_size": 4, "mesh": {"shape": [2, 2], "dim_names": ["dp", "tp"]},
+    "batch_size": 2, "iterations": 1, "input_requires_grad": true,
+    "steps": [{"parallelize_module": {"mesh_dim": "tp", "plan": {"net1": "colwise", "net2": "rowwise"}}},
+              {"fully_shard": {"module": "", "mesh_dim": "dp", "use_orig_params": true}}]})J",
+                                  "tp.json", false);
+  const PlanResult result = plan_training(model, parse_plan(JsonReader(doc, "tp.json")));
+  std::vector<std::string> backward;
+  for (const CollectiveRecord& c : result.iterations.back().collectives)
+    if (c.phase == Phase::backward) backward.push_back(c.op + " " + c.group);
+  EXPECT_EQ(backward, (std::vector<std::string>{"c10d_functional.all_reduce tp", "c10d._reduce_scatter_base_ dp"}));
+}
