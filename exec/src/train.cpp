@@ -45,6 +45,7 @@ class Trainer {
         program_(planned.program),
         ddp_(state_),
         fsdp_(state_),
+        fsdp2_(state_),
         dtensor_(state_) {
     param_optimizer_.resize(state_.params.size());
   }
@@ -63,6 +64,7 @@ class Trainer {
       if (!initialised && op.phase != core::Phase::init) {
         initialised = true;
         fsdp_.free_after_construction();
+        fsdp2_.free_after_construction();
       }
       const double start = seconds();
       run_named(op);
@@ -70,6 +72,7 @@ class Trainer {
     }
     record.timing.wall_seconds = seconds();
     fsdp_.gather_state_dict();
+    fsdp2_.gather_state_dict();
     train::check_parity(state_);
     state_.backend.barrier();
     return std::move(record);
@@ -176,11 +179,11 @@ class Trainer {
       case OpRole::ddp_bucket:
         return ddp_.bucket(op);
       case OpRole::fsdp_unshard:
-        return fsdp_.unshard(op);
+        return fsdp2_.owns(op) ? fsdp2_.unshard(op) : fsdp_.unshard(op);
       case OpRole::fsdp_reduce_grad:
-        return fsdp_.reduce_grad(op);
+        return fsdp2_.owns(op) ? fsdp2_.reduce_grad(op) : fsdp_.reduce_grad(op);
       case OpRole::fsdp_replicate_grad:
-        return fsdp_.replicate_grad(op);
+        return fsdp2_.owns(op) ? fsdp2_.replicate_grad(op) : fsdp_.replicate_grad(op);
       case OpRole::tp_input:
       case OpRole::tp_output:
         return dtensor_.redistribute_op(op, act_);
@@ -191,6 +194,7 @@ class Trainer {
         return dtensor_.sum_partial_grad(op);
       case OpRole::tp_distribute:
         dtensor_.distribute(op);
+        fsdp2_.refresh_shards();
         return fsdp_.refresh_shards();
       case OpRole::none:
         break;
@@ -244,6 +248,7 @@ class Trainer {
     saved_[m] = {std::move(act_.value), act_.placement, out};
     act_ = {std::move(y), out};
     fsdp_.after_forward_step(m);
+    fsdp2_.after_forward_step(m);
   }
 
   // Recomputation is deterministic: the saved input already holds what it would produce. The
@@ -288,6 +293,7 @@ class Trainer {
       saved_matmul_[p] = {std::move(act_.value), act_.placement, act_.placement};
       act_.value = std::move(y);
       fsdp_.after_forward_step(-(p + 1));
+      fsdp2_.after_forward_step(-(p + 1));
       return;
     }
     const Saved& saved = saved_matmul_.at(p);
@@ -301,11 +307,13 @@ class Trainer {
 
   void optimizer_step() {
     for (std::size_t p = 0; p < state_.params.size(); ++p) {
-      if (!model_.params[p].requires_grad || fsdp_.holds(static_cast<int>(p))) continue;
+      if (!model_.params[p].requires_grad || fsdp_.holds(static_cast<int>(p)) || fsdp2_.holds(static_cast<int>(p)))
+        continue;
       train::optimizer_step(state_.plan.optimizer, train::span_of(state_.params[p]), train::span_of(state_.grads[p]),
                             param_optimizer_[p]);
     }
     fsdp_.optimizer_step();
+    fsdp2_.optimizer_step();
     for (Matrix& grad : state_.grads) grad.setZero();  // zero_grad(set_to_none=True)
   }
 
@@ -314,6 +322,7 @@ class Trainer {
   const core::Program& program_;
   train::DdpReplicas ddp_;
   train::FsdpUnits fsdp_;
+  train::Fsdp2Groups fsdp2_;
   train::DtensorLayouts dtensor_;
   std::vector<train::OptimizerState> param_optimizer_;  // parameters no FSDP unit holds
 

@@ -50,11 +50,11 @@ std::string train_unsupported_reason(const core::Model& model, const core::Plan&
   if (why.empty()) why = forward_use_reason(model);
   if (!why.empty()) return why;
   for (const core::PlanStep& step : plan.steps) {
-    if (std::holds_alternative<core::FullyShard2Step>(step.body))
-      return fmt::format(
-          "{}: FSDP2 (torch.distributed.fsdp.fully_shard) has no --train numerics yet; `stratsim run` "
-          "without --train executes its collectives",
-          step.where);
+    if (const auto* fsdp2 = std::get_if<core::FullyShard2Step>(&step.body))
+      for (const auto& dtype : {fsdp2->param_dtype, fsdp2->reduce_dtype, fsdp2->output_dtype})
+        if (dtype && *dtype != core::DType::float32)
+          return fmt::format("{}: mixed precision ({}) has no numerics in --train yet; parity is checked in float32",
+                             step.where, core::dtype_name(*dtype));
     if (const auto* tp = std::get_if<core::ParallelizeStep>(&step.body))
       for (const auto& [pattern, spec] : tp->plan)
         if (spec.style != core::TPStyle::colwise && spec.style != core::TPStyle::rowwise)
@@ -70,6 +70,13 @@ std::string train_unsupported_reason(const core::Model& model, const core::Plan&
         return fmt::format("{}: mixed precision ({}) has no numerics in --train yet; parity is checked in float32",
                            step.where, core::dtype_name(*dtype));
   }
+  for (const core::FsdpParamGroupReport& group : planned.fsdp2)
+    if (group.shard_numel > 0 && group.unsharded_numel == group.shard_numel &&
+        !plan.torch_version.fsdp2_gathers_one_rank())
+      return fmt::format(
+          "FSDP2 group {} shards over one rank, which PyTorch {} copies instead of gathering; --train needs "
+          "groups of two or more ranks",
+          group.module.empty() ? model.name : group.module, plan.torch_version.str());
   for (std::size_t p = 0; p < planned.params.size(); ++p) {
     const core::ParamLayout& layout = planned.params[p];
     if (layout.tp_dims.empty()) continue;

@@ -54,6 +54,10 @@ RankState::RankState(const core::Model& model, const core::Plan& plan, const cor
     add_data_dims(unit.group_dims);
     add_data_dims(unit.replicate_dims);
   }
+  for (const auto& group : planned.fsdp2) {
+    add_data_dims(group.group_dims);
+    add_data_dims(group.replicate_dims);
+  }
   std::sort(data_dims.begin(), data_dims.end());
   const std::vector<int> data_group = mesh.group_ranks(rank, data_dims);
   dp = static_cast<int>(data_group.size());
@@ -105,6 +109,12 @@ void RankState::perturb_unsynced_copies() {
 std::vector<int> RankState::wrapper_dims(int p) const {
   const core::ParamLayout& layout = planned.params[p];
   if (layout.ddp >= 0) return planned.ddp[layout.ddp].group_dims;
+  if (layout.fsdp2_group >= 0) {
+    std::vector<int> dims = planned.fsdp2[layout.fsdp2_group].group_dims;
+    const std::vector<int>& replicas = planned.fsdp2[layout.fsdp2_group].replicate_dims;
+    dims.insert(dims.end(), replicas.begin(), replicas.end());
+    return dims;
+  }
   if (layout.fsdp_unit < 0) return {};
   std::vector<int> dims = planned.fsdp[layout.fsdp_unit].group_dims;
   const std::vector<int>& replicas = planned.fsdp[layout.fsdp_unit].replicate_dims;

@@ -5,6 +5,7 @@
 //                     this rank holds them, communicators, the record being filled
 //   train_ddp.cpp     DdpReplicas: construction checks, module-state broadcasts, gradient buckets
 //   train_fsdp.cpp    FsdpUnits: flat shards, all-gather, reduce-scatter, reshard/free, state dict
+//   train_fsdp2.cpp   Fsdp2Groups: FSDP2's per-parameter Shard(0) rows, copy-in/out, the same cycle
 //   train_dtensor.cpp DtensorLayouts: redistributions, input boundaries, Partial gradient sums
 //   train_parity.cpp  check_parity: the comparison against local training
 // The split follows PyTorch's: each wrapper owns what it adds to a module (DDP's buckets, FSDP's
@@ -148,6 +149,37 @@ class FsdpUnits {
   RankState& state_;
   std::vector<Unit> units_;
   std::map<int, std::vector<int>> reshard_after_;  // forward step -> units freed after it
+};
+
+// ---- FSDP2 (train_fsdp2.cpp)
+
+class Fsdp2Groups {
+ public:
+  explicit Fsdp2Groups(RankState& state);
+  ~Fsdp2Groups();
+  bool holds(int p) const { return state_.planned.params[p].fsdp2_group >= 0; }
+  bool owns(const core::ProgramOp& op) const;  // the op's parameters are an FSDP2 group's
+  void free_after_construction();
+  void after_forward_step(int step);
+  void refresh_shards();
+  void unshard(const core::ProgramOp& op);
+  void reduce_grad(const core::ProgramOp& op);
+  void replicate_grad(const core::ProgramOp& op);
+  void optimizer_step();
+  void gather_state_dict();
+
+ private:
+  struct Group;
+  Group make_group(const core::FsdpParamGroupReport& report);
+  void refresh(Group& group);
+  void poison(const Group& group);
+  Group& group_of(const core::ProgramOp& op);
+  void finish_reduction(Group& group);
+  void plan_reshard_after_forward();
+
+  RankState& state_;
+  std::vector<Group> groups_;
+  std::map<int, std::vector<int>> reshard_after_;
 };
 
 // ---- DTensor (train_dtensor.cpp)

@@ -225,6 +225,54 @@ TEST(TrainAccumulation, ReplicateAndShardGradOpAccumulateLikeLocal) {
   }
 }
 
+// ---- FSDP2 (torch.distributed.fsdp.fully_shard): per-parameter Shard(0) rows
+
+TEST(TrainFullyShard2, NestedGroupsUnevenRowsAndEveryReshardChoice) {
+  // Three ranks: every weight's dim 0 is padded (32, 8, 4 rows over 3 ranks); net1 keeps its
+  // parameters after forward, the root is its own group; SGD with momentum catches a wrong average.
+  const Outcome outcome = train_spec("zoo:SimpleMLP", R"({"world_size": 3, "batch_size": 2, "iterations": 3,
+      "torch_version": "2.15", "optimizer": {"type": "sgd", "lr": 0.5, "momentum": 0.9},
+      "steps": [{"torch.distributed.fsdp.fully_shard": {"module": "net1", "reshard_after_forward": false}},
+                {"torch.distributed.fsdp.fully_shard": {"module": "net2"}},
+                {"torch.distributed.fsdp.fully_shard": {"module": ""}}]})");
+  expect_parity(outcome);
+  expect_training_moved(outcome.summary);
+  EXPECT_EQ(outcome.summary.collectives.at("c10d._reduce_scatter_base_"), 6);  // net1 and net2, 3 steps
+}
+
+TEST(TrainFullyShard2, HsdpWithAccumulationMatchesLocalTraining) {
+  const Outcome outcome = train_spec("zoo:SimpleMLP", R"({"world_size": 4, "batch_size": 2, "iterations": 4,
+      "mesh": {"shape": [2, 2], "dim_names": ["replicate", "shard"]}, "gradient_accumulation_steps": 2,
+      "torch_version": "2.15", "optimizer": {"type": "sgd", "lr": 0.5},
+      "steps": [{"torch.distributed.fsdp.fully_shard": {"module": "", "mesh_dim": ["replicate", "shard"]}}]})");
+  expect_parity(outcome);
+  EXPECT_EQ(outcome.summary.optimizer_steps_after, (std::vector<int>{2, 4}));
+}
+
+TEST(TrainFullyShard2, OverTensorParallelMatchesLocalTraining) {
+  const Outcome outcome = train_spec("zoo:MLPModule", R"({"world_size": 4, "batch_size": 2, "iterations": 2,
+      "mesh": {"shape": [2, 2], "dim_names": ["dp", "tp"]}, "input_requires_grad": true, "torch_version": "2.15",
+      "steps": [{"parallelize_module": {"mesh_dim": "tp", "plan": {"net1": "colwise", "net2": "rowwise"}}},
+                {"torch.distributed.fsdp.fully_shard": {"module": "", "mesh_dim": "dp"}}]})");
+  expect_parity(outcome);
+}
+
+TEST(TrainMutation, Fsdp2GatherThatSkipsARankBreaksParity) {
+  // The all-gather's bytes still move, but the group's rows are not written back.
+  const Outcome outcome = train_spec("zoo:SimpleMLP",
+                                     R"({"world_size": 2, "batch_size": 8, "iterations": 2, "torch_version": "2.15",
+          "steps": [{"torch.distributed.fsdp.fully_shard": {"module": ""}}]})",
+                                     [](core::PlanResult& planned) {
+                                       for (core::ProgramOp& op : planned.program.ops)
+                                         if (op.role == core::OpRole::fsdp_unshard && op.iteration == 2) {
+                                           op.role = core::OpRole::ddp_used_map;
+                                           op.kind = core::CollectiveKind::all_reduce;
+                                         }
+                                     });
+  for (const RankError& error : outcome.errors) ASSERT_EQ(error.message, "");
+  EXPECT_FALSE(outcome.summary.passed);
+}
+
 // ---- tensor parallelism (seeds 000 and 004)
 
 TEST(TrainTensorParallel, DdpTpMatchesLocalTraining) {
