@@ -77,7 +77,22 @@ class ExportTest(unittest.TestCase):
                      "--mesh-dim-names", "dp,tp", "--batch-size", "2", "--loss-parallel", "--plan-out", self.plan)
         self.assertEqual(run.returncode, 0, run.stderr)
         planned = stratsim_plan(self.model, self.plan, 2)
-        recorded_setup, recorded = record_pytorch()
+        recorded_setup, recorded = record_pytorch("llama", "torchtitan_parallelize")
+        self.assertEqual(lines(planned["setup"]), lines(recorded_setup))
+        for i, iteration in enumerate(recorded):
+            self.assertEqual(lines(planned["iterations"][i]["collectives"]), lines(iteration), f"iteration {i + 1}")
+
+    def test_torchtitans_own_model_code(self):
+        """torchtitan's llama3 source (ModuleDict of blocks called with freqs_cis, complex rotary,
+        repeat_kv, SDPA behind a module, `bs, seqlen, _ = x.shape`) with its apply_tp/apply_fsdp."""
+        run = export("export_examples:titan", "--input-shape", "2,8", "--loss", "-o", self.model,
+                     "--parallelize", "export_examples:titan_parallelize", "--mesh", "2x2",
+                     "--mesh-dim-names", "dp,tp", "--batch-size", "2", "--loss-parallel", "--plan-out", self.plan)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        attention = load(self.model)["modules"][1]["children"][0]["children"][0]
+        self.assertEqual([s["call"] for s in attention["forward"]], ["wq", "wk", "wv", "rope", "rope_1", "sdpa", "wo"])
+        planned = stratsim_plan(self.model, self.plan, 2)
+        recorded_setup, recorded = record_pytorch("titan", "titan_parallelize")
         self.assertEqual(lines(planned["setup"]), lines(recorded_setup))
         for i, iteration in enumerate(recorded):
             self.assertEqual(lines(planned["iterations"][i]["collectives"]), lines(iteration), f"iteration {i + 1}")
@@ -109,7 +124,7 @@ class ExportTest(unittest.TestCase):
             self.assertFalse(os.path.exists(self.model), args)
 
 
-def record_pytorch():
+def record_pytorch(factory, parallelize):
     """The same model and parallelize function in PyTorch, on CPU under the fake process group."""
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -117,7 +132,7 @@ def record_pytorch():
     from torch.distributed.tensor.parallel import loss_parallel
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from export_examples import llama, torchtitan_parallelize
+    import export_examples
     from record_fsdp2 import CollectiveRecorder
 
     if dist.is_initialized():
@@ -126,10 +141,10 @@ def record_pytorch():
     try:
         mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
         names = {mesh.get_group(n).group_name: n for n in ("dp", "tp")}
-        model = llama()
+        model = getattr(export_examples, factory)()
         recorder = CollectiveRecorder(names)
         with recorder:
-            torchtitan_parallelize(model, mesh)
+            getattr(export_examples, parallelize)(model, mesh)
         setup = list(recorder.records)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         iterations = []
