@@ -16,7 +16,7 @@ case as a stratsim model document and plan; tests/core/golden_vectors_test.cpp c
 against every recorded collective. Run it in a throw-away virtual environment with PyTorch
 (README "Golden vectors"):
 
-    python tools/golden/record_tp.py --cases 40 --seed 3 -o tests/data/golden/tp_sp.json
+    python tools/golden/record_tp.py --cases 60 --seed 3 -o tests/data/golden/tp_sp.json
 """
 
 import argparse
@@ -232,15 +232,27 @@ def random_plan(rng, c, tp, dp):
             last: {"style": "PrepareModuleOutput", "output_layouts": "Shard(1)",
                    "desired_output_layouts": "Replicate()"}}}})
     accumulation = 1
+    mesh = {"shape": [dp, tp], "dim_names": ["dp", "tp"]}
     if dp > 1:
         precision = rng.random() < 0.4
         accumulation = rng.choice([1, 1, 2])
-        for module in [f"layers.{i}" for i in range(c["layers"])] + [""]:
-            args = {"module": module, "mesh_dim": ["dp"]}
+        hsdp = rng.random() < 0.5  # HSDP x TP on a 3-D mesh [dp_replicate 2, dp, tp]
+        dims = ["dp"]
+        if hsdp:
+            mesh = {"shape": [2, dp, tp], "dim_names": ["dp_replicate", "dp", "tp"]}
+            dims = ["dp_replicate", "dp"]
+        for i, module in enumerate([f"layers.{i}" for i in range(c["layers"])] + [""]):
+            args = {"module": module, "mesh_dim": dims}
             if precision:
                 args["mp_policy"] = {"param_dtype": "bfloat16", "reduce_dtype": "float32"}
+            # torchtitan keeps the last block unsharded after forward (FSDP would prefetch it at once).
+            if module and i == c["layers"] - 1 and rng.random() < 0.5:
+                args["reshard_after_forward"] = False
             steps.append({"torch.distributed.fsdp.fully_shard": args})
-    plan = {"world_size": dp * tp, "mesh": {"shape": [dp, tp], "dim_names": ["dp", "tp"]},
+    world = 1
+    for extent in mesh["shape"]:
+        world *= extent
+    plan = {"world_size": world, "mesh": mesh,
             "batch_size": rng.choice([1, 2]), "iterations": 2 * accumulation,
             "gradient_accumulation_steps": accumulation, "torch_version": torch_version_rule(), "steps": steps}
     if lp:
@@ -273,7 +285,10 @@ def record_case(c, plan):
                 mp = args["mp_policy"]
                 policy = MixedPrecisionPolicy(param_dtype=DTYPES[mp["param_dtype"]],
                                               reduce_dtype=DTYPES.get(mp.get("reduce_dtype")))
-            fully_shard(modules[args["module"]], mesh=mesh["dp"], mp_policy=policy)
+            dims = args["mesh_dim"]
+            sub_mesh = mesh[tuple(dims)] if len(dims) > 1 else mesh[dims[0]]
+            fully_shard(modules[args["module"]], mesh=sub_mesh, mp_policy=policy,
+                        reshard_after_forward=args.get("reshard_after_forward"))
             roots.append(modules[args["module"]])
     init = list(recorder.records)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -305,7 +320,7 @@ def record_case(c, plan):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=int, default=40)
+    parser.add_argument("--cases", type=int, default=60)
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("-o", "--output", required=True)
     options = parser.parse_args()
@@ -326,7 +341,7 @@ def main():
             case["init"] = init
         case["iterations"] = iterations
         cases.append(case)
-        print(f"{name}: dp {dp} x tp {tp}, {c['layers']} layers, {sum(len(i) for i in iterations)} collectives",
+        print(f"{name}: mesh {plan['mesh']['shape']}, {c['layers']} layers, {sum(len(i) for i in iterations)} collectives",
               file=sys.stderr)
     out = {"recorded_with": f"PyTorch {torch.__version__}, fake process group, CPU tensors",
            "generator": "tools/golden/record_tp.py", "family": "tp_sp", "seed": options.seed, "cases": cases}
