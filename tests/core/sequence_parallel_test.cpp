@@ -264,3 +264,24 @@ TEST(SequenceParallel, PrepareStylesNeedMatchingLayouts) {
   EXPECT_NE(error(R"J({"style": "SequenceParallel", "input_layouts": "Shard(1)"})J").find("input_layouts"),
             std::string::npos);
 }
+
+// Full activation checkpointing over sequence parallelism, as PyTorch 2.15 runs it (recorded in
+// tools/tests/test_stratsim_export.py): the recomputation starts when backward first unpacks a
+// saved tensor -- after w2's output redistribution has sent its gradient back (an all-gather that
+// saves nothing) -- and stops at the block's last saved tensor, so w2's output is not
+// reduce-scattered again.
+TEST(SequenceParallel, CheckpointedBlocksRecomputeLazilyAndStopEarly) {
+  const PlanResult result =
+      run_plan(kSmallLlama, torchtitan_tp_plan(2, true, R"J(, {"checkpoint": {"module": "layers.*"}})J"));
+  std::vector<std::string> block;
+  for (const CollectiveRecord& c : iteration(result, 1).collectives)
+    if ((c.phase == Phase::backward || c.phase == Phase::recompute) && c.reason.find("layers.1.") != std::string::npos)
+      block.push_back(std::string(phase_name(c.phase)) + " " + c.reason);
+  EXPECT_EQ(block, (std::vector<std::string>{"backward tp layers.1.feed_forward.w2 grad_output Shard(1)->Replicate()",
+                                             "recompute tp layers.1.attention input Shard(1)->Replicate()",
+                                             "recompute tp layers.1.attention.wo output Partial()->Shard(1)",
+                                             "recompute tp layers.1.feed_forward input Shard(1)->Replicate()",
+                                             "backward tp layers.1.feed_forward redistribute grad Partial()->Shard(1)",
+                                             "backward tp layers.1.attention.wo grad_output Shard(1)->Replicate()",
+                                             "backward tp layers.1.attention redistribute grad Partial()->Shard(1)"}));
+}

@@ -204,8 +204,8 @@ def titan(**kwargs):
 
 
 def titan_parallelize(model, mesh):
-    """torchtitan's apply_tp (loss parallel, sequence parallel) and apply_fsdp as its source calls
-    them on the ModuleDict of blocks, attention's inputs being (x, freqs_cis)."""
+    """torchtitan's apply_tp (loss parallel, sequence parallel), apply_ac (full) and apply_fsdp as
+    its source calls them on the ModuleDict of blocks, attention's inputs being (x, freqs_cis)."""
     tp = mesh["tp"]
     parallelize_module(model, tp, {
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
@@ -221,6 +221,10 @@ def titan_parallelize(model, mesh):
             "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
             "feed_forward.w1": ColwiseParallel(), "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
             "feed_forward.w3": ColwiseParallel()})
+    # apply_ac (full): each block wrapped in checkpoint_wrapper, then apply_fsdp.
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+    for layer_id, transformer_block in model.layers.named_children():
+        model.layers.register_module(layer_id, checkpoint_wrapper(transformer_block, preserve_rng_state=False))
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer_id, transformer_block in model.layers.items():
         reshard_after_forward = int(layer_id) < len(model.layers) - 1

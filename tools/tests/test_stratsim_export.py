@@ -91,6 +91,8 @@ class ExportTest(unittest.TestCase):
         self.assertEqual(run.returncode, 0, run.stderr)
         attention = load(self.model)["modules"][1]["children"][0]["children"][0]
         self.assertEqual([s["call"] for s in attention["forward"]], ["wq", "wk", "wv", "rope", "rope_1", "sdpa", "wo"])
+        steps = [next(iter(step)) for step in load(self.plan)["steps"]]
+        self.assertEqual(steps.count("checkpoint"), 2)  # apply_ac's checkpoint_wrapper, per block
         planned = stratsim_plan(self.model, self.plan, 2)
         recorded_setup, recorded = record_pytorch("titan", "titan_parallelize")
         self.assertEqual(lines(planned["setup"]), lines(recorded_setup))

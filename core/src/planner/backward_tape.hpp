@@ -43,12 +43,14 @@ class BackwardTape {
 
   // Inserts a checkpointed region's recomputation: after the region's own entries (from
   // `region_start`), so backward replays the region before any of them, but below the output hooks
-  // that end the tape.
-  void insert_region_replay(Entry replay, std::size_t region_start) {
+  // that end the tape, and no later than `latest` (the position after the region's last entry
+  // that reads saved tensors: entries above it run before the recomputation is triggered).
+  void insert_region_replay(Entry replay, std::size_t region_start, std::size_t latest = SIZE_MAX) {
     const bool hooks_at_end = hook_run_end_ == entries_.size();
-    const std::size_t at = hooks_at_end ? std::max(hook_run_begin_, region_start) : entries_.size();
+    std::size_t at = hooks_at_end ? std::max(hook_run_begin_, region_start) : entries_.size();
+    at = std::min(at, std::max(region_start, latest));
     entries_.insert(entries_.begin() + static_cast<std::ptrdiff_t>(at), std::move(replay));
-    if (at == hook_run_begin_ && hook_run_end_ + 1 == entries_.size()) {
+    if (hooks_at_end && at <= hook_run_begin_) {
       ++hook_run_begin_;  // the hooks still end the tape, one slot later
       ++hook_run_end_;
     }

@@ -122,6 +122,7 @@ void Walk::set_static_memory() {
 // Forward.
 
 void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Activation> side) {
+  if (mode == Mode::replay && recompute_.stopped) return;  // past the region's last saved tensor
   const bool region = mode == Mode::normal && context_.checkpointed[m];
   const Mode inner = region ? Mode::checkpointed : mode;
   if (mode != Mode::replay) ddp_.pre_forward(m);
@@ -141,8 +142,11 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
     region_saved = act.bytes();
     for (const Activation& tensor : side) region_saved += tensor.bytes();  // attention's k and v
     builder_.add_memory(region_saved, MemoryTracker::Kind::activation);
+    region_saves_ = 0;
+    last_saving_entry_ = 0;
   }
   run_module_body(m, act, inner, side);
+  const int region_saves = region_saves_;
   fsdp_.post_forward(m, mode);
   fsdp2_.post_forward(m, mode);
   cast_activation(act, fsdp2_.output_cast(m));
@@ -154,18 +158,23 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
     // unpacks a saved tensor and triggers the recomputation, so FSDP's recomputed pre-forward
     // finds them in BACKWARD_PRE and gathers nothing.
     std::vector<Activation> side_inputs(side.begin(), side.end());
-    auto replay_region = [this, m, region_input, region_saved, region_first_tensor, side_inputs]() {
+    auto replay_region = [this, m, region_input, region_saved, region_first_tensor, side_inputs, region_saves]() {
       Activation replay = region_input;
       // The recomputation recreates the region's tensors under their first-pass ids, which the
       // backward entries recorded then will release.
       const int resume = std::exchange(context_.next_tensor, region_first_tensor);
       const SelectiveRegion outer = std::exchange(selective_, {context_.selective[m], 0});
+      recompute_ = {region_saves, 0, region_saves == 0};
       run_module_body(m, replay, Mode::replay, side_inputs);
+      recompute_ = {};
       selective_ = outer;
       context_.next_tensor = resume;
       builder_.add_memory(-region_saved, MemoryTracker::Kind::activation);
     };
-    tape_.insert_region_replay(std::move(replay_region), region_start);
+    // The recomputation runs when backward first unpacks a saved tensor of the region: entries
+    // pushed after the region's last one that reads saved tensors (a tensor-parallel output's
+    // redistribution, a residual add) run before it.
+    tape_.insert_region_replay(std::move(replay_region), region_start, std::max(region_start, last_saving_entry_));
   }
 }
 
@@ -179,6 +188,7 @@ void Walk::cast_activation(Activation& act, std::optional<DType> dtype) {
 
 void Walk::run_module_body(int m, Activation& act, Mode mode, std::span<const Activation> side) {
   const Module& module = context_.model.modules[m];
+  if (mode == Mode::replay && recompute_.stopped) return;
   tp_.input_hook(m, act, mode);
   if (module.leaf == LeafKind::container) {
     run_forward_steps(m, act, mode);
@@ -189,6 +199,7 @@ void Walk::run_module_body(int m, Activation& act, Mode mode, std::span<const Ac
   } else {
     forward_leaf(m, act, mode, side);
   }
+  if (mode == Mode::replay && recompute_.stopped) return;
   tp_.output_hook(m, act, mode);
 }
 
@@ -201,6 +212,7 @@ void Walk::run_forward_steps(int m, Activation& act, Mode mode) {
   slots[0] = act;
   sum_branch_grads(m, 0, slots[0], module.input_uses, mode);
   for (const ForwardStep& step : module.forward) {
+    if (mode == Mode::replay && recompute_.stopped) break;
     if (step.kind == ForwardStep::Kind::join) {
       slots[step.output] = forward_join(m, step, slots, mode);
     } else {
@@ -263,8 +275,10 @@ Activation Walk::forward_join(int m, const ForwardStep& step, const std::vector<
     for (int slot : step.inputs) saved.emplace_back(slots[slot]);
   if (mode != Mode::checkpointed)
     for (const SavedRef& tensor : saved) saved_.save(tensor);
+  saved_point(mode, !saved.empty());
   if (mode == Mode::replay || !out.requires_grad) return out;
   const std::string backward = base + ".backward";
+  if (!saved.empty()) last_saving_entry_ = tape_.size() + 1;
   tape_.push([this, m, cost, saved, backward]() {
     if (cost.backward_bytes > 0)
       builder_.compute(backward, m, Phase::backward, "elementwise", cost.backward_flops, cost.backward_bytes, {},
@@ -346,9 +360,11 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
     builder_.add_memory(cost.saved_bytes, MemoryTracker::Kind::activation);
     for (const SavedRef& tensor : saved) saved_.save(tensor);
   }
+  saved_point(mode, !saved.empty() || cost.saved_bytes > 0);
   act = output;
   if (mode == Mode::replay) return;
 
+  if (!saved.empty() || cost.saved_bytes > 0) last_saving_entry_ = tape_.size() + 1;
   tape_.push([this, m, cost, saved]() {
     const Module& mod = context_.model.modules[m];
     const std::string& name = context_.label(m);
@@ -367,6 +383,16 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
     // bias directly, weight through TBackward), i.e. parameters in reverse registration order.
     for (auto it = mod.params.rbegin(); it != mod.params.rend(); ++it) grad_ready(*it, op);
   });
+}
+
+// checkpoint(use_reentrant=False) stops its recomputation once the last tensor the region saved
+// for backward is recomputed (torch.utils.checkpoint's early stop): what follows the region's
+// last saving op -- a tensor-parallel output's reduce-scatter, a residual add -- does not run
+// again. The first pass counts the region's saving ops; the replay stops after as many.
+void Walk::saved_point(Mode mode, bool saves) {
+  if (!saves) return;
+  if (mode == Mode::checkpointed) ++region_saves_;
+  if (mode == Mode::replay && ++recompute_.saves >= recompute_.expected) recompute_.stopped = true;
 }
 
 // The kernels a leaf launches beside its main op: "attn.softmax.forward".
@@ -412,11 +438,13 @@ void Walk::forward_param_matmul(int p, Activation& act, Mode mode) {
   const std::int64_t in_width = is_matrix ? state.local_shape[0] : 0;
   if (is_matrix) builder_.set_gemms(forward, linear_forward_gemms(t, in_width, out));
   if (mode != Mode::checkpointed) builder_.add_memory(saved, MemoryTracker::Kind::activation);
+  saved_point(mode, saved > 0);
   const bool input_grad = act.requires_grad;
   act.shape.back() = out;
   act.requires_grad = true;
   act.id = context_.fresh_tensor();
   if (mode == Mode::replay) return;
+  if (saved > 0) last_saving_entry_ = tape_.size() + 1;
   tape_.push([this, p, m, flops, saved, input_grad, base, is_matrix, t, in_width, out]() {
     std::vector<int> now;
     if (const int gather = gather_op(p); gather >= 0) now.push_back(gather);

@@ -64,6 +64,19 @@ class Walk {
     int matmuls = 0;
   };
   SelectiveRegion selective_;
+  // The recomputation being replayed: the saving ops its first pass counted, those seen so far,
+  // and whether it has stopped (see saved_point).
+  struct Recompute {
+    int expected = 0;
+    int saves = 0;
+    bool stopped = false;
+  };
+  Recompute recompute_;
+  int region_saves_ = 0;  // saving ops of the checkpointed region on its first pass
+  // One past the tape entry of the last backward that reads saved tensors (the region's replay
+  // goes there: autograd recomputes when such an entry first unpacks one).
+  std::size_t last_saving_entry_ = 0;
+  void saved_point(Mode mode, bool saves);
 };
 
 }  // namespace stratsim::core::planner
