@@ -301,6 +301,26 @@ std::optional<Placement> first_layout_field(const JsonReader& node, const char* 
   return placement;
 }
 
+// How many layouts a PrepareModule* field lists (a bare placement is one).
+std::size_t layout_count(const JsonReader& node, const char* key) {
+  if (!node.has(key) || node.at(key).is_null()) return 0;
+  return node.at(key).is_array() ? node.at(key).size() : 1;
+}
+
+// PrepareModuleInput(input_layouts, desired_input_layouts) and PrepareModuleOutput: both lists, of
+// one length ("... should have same length!", PyTorch's words); a null desired layout leaves that
+// tensor as declared.
+void prepare_layouts(const JsonReader& node, const char* declared_key, const char* desired_key,
+                     std::optional<Placement>& declared, std::optional<Placement>& desired) {
+  if (layout_count(node, declared_key) != layout_count(node, desired_key))
+    node.fail(fmt::format("{} and {} should have same length!", declared_key, desired_key));
+  declared = first_layout_field(node, declared_key);
+  desired = first_layout_field(node, desired_key);
+  if (declared && !desired) desired = declared;
+  if (desired && !declared)
+    node.at(desired_key).fail(fmt::format("a desired layout for a tensor whose {} is null", declared_key));
+}
+
 TPStyle parse_tp_style(const JsonReader& node, const std::string& style) {
   if (style == "colwise" || style == "ColwiseParallel") return TPStyle::colwise;
   if (style == "rowwise" || style == "RowwiseParallel") return TPStyle::rowwise;
@@ -331,22 +351,19 @@ TPModuleSpec parse_tp_spec(const JsonReader& node) {
       break;
     case TPStyle::sequence_parallel:
       node.allow_only({"style", "sequence_dim", "use_local_output"});
-      spec.sequence_dim = static_cast<int>(node.get_int("sequence_dim", 1));
+      {
+        const std::int64_t dim = node.get_int("sequence_dim", 1);
+        if (dim < -8 || dim > 8) node.at("sequence_dim").fail("expected a tensor dim (-8 to 8)");
+        spec.sequence_dim = static_cast<int>(dim);
+      }
       break;
     case TPStyle::prepare_input:
       node.allow_only({"style", "input_layouts", "desired_input_layouts", "use_local_output"});
-      spec.input_layout = first_layout_field(node, "input_layouts");
-      spec.desired_input_layout = first_layout_field(node, "desired_input_layouts");
-      // PyTorch: "input_layouts and desired_input_layouts should have same length!"
-      if (spec.input_layout.has_value() != spec.desired_input_layout.has_value())
-        node.fail("input_layouts and desired_input_layouts should have same length!");
+      prepare_layouts(node, "input_layouts", "desired_input_layouts", spec.input_layout, spec.desired_input_layout);
       break;
     case TPStyle::prepare_output:
       node.allow_only({"style", "output_layouts", "desired_output_layouts", "use_local_output"});
-      spec.output_layout = first_layout_field(node, "output_layouts");
-      spec.desired_output_layout = first_layout_field(node, "desired_output_layouts");
-      if (spec.output_layout.has_value() != spec.desired_output_layout.has_value())
-        node.fail("output_layouts and desired_output_layouts should have same length!");
+      prepare_layouts(node, "output_layouts", "desired_output_layouts", spec.output_layout, spec.desired_output_layout);
       break;
   }
   if (node.has("use_local_output")) spec.use_local_output = node.get_bool("use_local_output", true);
@@ -453,8 +470,8 @@ std::string_view comm_hook_name(CommHook hook) { return kCommHookNames.name(hook
 
 Plan parse_plan(const JsonReader& doc) {
   doc.allow_only({"world_size", "mesh", "batch_size", "seq_len", "input_requires_grad", "iterations",
-                  "gradient_accumulation_steps", "optimizer", "torch_version", "device_memory_gb", "loss_parallel", "steps",
-                  "format"});
+                  "gradient_accumulation_steps", "optimizer", "torch_version", "device_memory_gb", "loss_parallel",
+                  "steps", "format"});
   Plan plan;
   plan.origin = doc.file();
   plan.world_size = static_cast<int>(doc.at("world_size").as_int());

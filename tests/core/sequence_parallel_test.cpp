@@ -285,3 +285,46 @@ TEST(SequenceParallel, CheckpointedBlocksRecomputeLazilyAndStopEarly) {
                                              "backward tp layers.1.attention.wo grad_output Shard(1)->Replicate()",
                                              "backward tp layers.1.attention redistribute grad Partial()->Shard(1)"}));
 }
+
+// Layouts out of the activation's range are a PlanError, never an out-of-range access.
+TEST(SequenceParallel, OutOfRangeLayoutsAreRefused) {
+  const std::string plan = with(torchtitan_tp_plan(2, true), R"J("*.attention_norm": "SequenceParallel")J",
+                                R"J("*.attention_norm": {"style": "SequenceParallel", "sequence_dim": 7})J");
+  EXPECT_NE(plan_error([&] { run_plan(kSmallLlama, plan); })
+                .find("sequence_dim Shard(7) is out of range for a 3-D "
+                      "activation"),
+            std::string::npos);
+  const std::string desired = with(torchtitan_tp_plan(2, true), R"J("desired_input_layouts": ["Replicate()", null])J",
+                                   R"J("desired_input_layouts": ["Shard(9)", null])J");
+  EXPECT_NE(plan_error([&] { run_plan(kSmallLlama, desired); }).find("desired_input_layouts Shard(9) is out of range"),
+            std::string::npos);
+}
+
+// A Rowwise layer declared Replicate and fed a Replicate DTensor chunks it locally (no collective)
+// and, in backward, all-gathers its Shard(-1) input gradient back to Replicate before handing it on
+// (attention's four projections Rowwise from PrepareModuleInput's Replicate: checked against
+// PyTorch 2.15); fed a DTensor placed otherwise than it declares, it is refused, as PyTorch leaves
+// that case to DTensor's operator dispatch.
+TEST(SequenceParallel, StylesFedADTensorRedistributeFromItsPlacement) {
+  std::string rowwise = torchtitan_tp_plan(2, true);
+  for (const char* name : {"wq", "wk", "wv"})
+    rowwise = with(rowwise, std::string(R"J("*.attention.)J") + name + R"J(": "ColwiseParallel")J",
+                   std::string(R"J("*.attention.)J") + name +
+                       R"J(": {"style": "RowwiseParallel", "input_layouts": "Replicate()"})J");
+  rowwise = with(rowwise, R"J("*.attention.wo": {"style": "RowwiseParallel", "output_layouts": "Shard(1)"})J",
+                 R"J("*.attention.wo": {"style": "RowwiseParallel", "input_layouts": "Replicate()",
+                                        "output_layouts": "Shard(1)"})J");
+  const PlanResult result = run_plan(kSmallLlama, rowwise);
+  std::vector<std::string> wq;
+  for (const CollectiveRecord& c : iteration(result, 1).collectives)
+    if (c.reason.find("layers.0.attention.wq") != std::string::npos)
+      wq.push_back(std::string(phase_name(c.phase)) + " " + c.reason);
+  EXPECT_EQ(wq, (std::vector<std::string>{"forward tp layers.0.attention.wq output Partial()->Replicate()",
+                                          "backward tp layers.0.attention.wq grad_input Shard(2)->Replicate()"}));
+  const std::string undeclared = with(torchtitan_tp_plan(2, true), R"J("*.attention.wq": "ColwiseParallel")J",
+                                      R"J("*.attention.wq": "RowwiseParallel")J");
+  EXPECT_NE(plan_error([&] { run_plan(kSmallLlama, undeclared); })
+                .find("receives a DTensor placed Replicate() while its input_layouts (Shard(2)) equal the layout "
+                      "RowwiseParallel computes on"),
+            std::string::npos);
+}

@@ -247,11 +247,13 @@ void FullyShard2::post_backward(int g) {
   // _get_grad_inner_tensor: a gradient Partial over a non-data-parallel dim (a SequenceParallel
   // norm's) is all-reduced there first, in the gradient's dtype.
   const DType grad_dtype = group.grad_dtype(context_.plan.torch_version);
+  std::vector<int> before_reduction = {builder_.last_compute};
   for (const int p : reduced)
     if (!context_.params[p].partial_grad_dims.empty())
-      all_reduce_partial_param_grad(context_, builder_, p, context_.params[p].local_numel * dtype_size(grad_dtype),
-                                    grad_dtype, builder_.last_compute, Phase::backward);
-  int id = builder_.last_compute;
+      before_reduction.push_back(all_reduce_partial_param_grad(context_, builder_, p,
+                                                               context_.params[p].local_numel * dtype_size(grad_dtype),
+                                                               grad_dtype, builder_.last_compute, Phase::backward));
+  int id = before_reduction.back();
   const bool scatters = group.world > 1 || context_.plan.torch_version.fsdp2_reduce_scatters_one_rank();
   if (scatters)
     id = builder_.collective({.kind = CollectiveKind::reduce_scatter,
@@ -266,7 +268,7 @@ void FullyShard2::post_backward(int g) {
                               .module = group.module,
                               .reason = fmt::format("fsdp2 group {} (post-backward)", label),
                               .params = names,
-                              .deps = {builder_.last_compute},
+                              .deps = before_reduction,
                               .role = OpRole::fsdp_reduce_grad});
   if (!group.replicate_dims.empty())
     id = builder_.collective({.kind = CollectiveKind::all_reduce,

@@ -75,6 +75,15 @@ bool keeps_placement(LeafKind leaf) {
 
 bool is_norm(LeafKind leaf) { return leaf == LeafKind::rms_norm || leaf == LeafKind::layer_norm; }
 
+// A plan's Shard(d) normalised against the activation it lays out; a dim outside it is a PlanError
+// (DTensor raises an IndexError there), never an out-of-range access.
+Placement in_range(Placement placement, int rank, const std::string& where, const char* what) {
+  const Placement normalized = placement.normalized(rank);
+  if (normalized.is_shard() && (normalized.dim < 0 || normalized.dim >= rank))
+    throw PlanError(fmt::format("{}: {} {} is out of range for a {}-D activation", where, what, placement.str(), rank));
+  return normalized;
+}
+
 // PyTorch's words for an op that mixes a plain tensor and a DTensor (DTensor's dispatcher).
 std::string mixed_tensor_error(const std::string& where, const std::string& op) {
   return fmt::format(
@@ -207,6 +216,8 @@ void TensorParallel::apply_distribute(const DistributeModuleStep& step, const Pl
     }
 }
 
+void TensorParallel::begin_iteration() { grads_.clear(); }
+
 void TensorParallel::emit_distribution() {
   for (int p : distributed_params_) {
     const ParamState& state = context_.params[p];
@@ -243,18 +254,21 @@ void TensorParallel::emit_distribution() {
 // how the model input is laid out: every module before it passes the rows through unchanged.
 TpBoundary TensorParallel::boundary(int m, int rank) const {
   const ModuleState& tp = modules_[m];
+  const std::string& label = context_.label(m);
   if (tp.distributed) {
-    const Placement declared = tp.input_layout.value_or(Placement::replicate()).normalized(rank);
+    const Placement declared = in_range(tp.input_layout.value_or(Placement::replicate()), rank, label, "input_layouts");
     return {m, declared, declared};
   }
   switch (tp.spec.style) {
     case TPStyle::sequence_parallel: {
-      const Placement sequence = Placement::shard(tp.spec.sequence_dim).normalized(rank);
+      const Placement sequence = in_range(Placement::shard(tp.spec.sequence_dim), rank, label, "sequence_dim");
       return {m, sequence, sequence};
     }
     case TPStyle::prepare_input: {
-      const Placement declared = tp.spec.input_layout.value_or(Placement::replicate()).normalized(rank);
-      return {m, declared, tp.spec.desired_input_layout.value_or(declared).normalized(rank)};
+      const Placement declared =
+          in_range(tp.spec.input_layout.value_or(Placement::replicate()), rank, label, "input_layouts");
+      return {m, declared,
+              in_range(tp.spec.desired_input_layout.value_or(declared), rank, label, "desired_input_layouts")};
     }
     default:
       break;
@@ -262,7 +276,7 @@ TpBoundary TensorParallel::boundary(int m, int rank) const {
   const bool colwise = tp.spec.style == TPStyle::colwise;
   const bool embedding = context_.model.modules[m].leaf == LeafKind::embedding;
   const Placement default_layout = colwise ? Placement::replicate() : Placement::shard(-1);
-  const Placement declared = tp.spec.input_layout.value_or(default_layout).normalized(rank);
+  const Placement declared = in_range(tp.spec.input_layout.value_or(default_layout), rank, label, "input_layouts");
   // RowwiseParallel wants Shard(-1) for Linear but Replicate (token ids) for Embedding.
   const Placement desired = colwise || embedding ? Placement::replicate() : Placement::shard(-1).normalized(rank);
   return {m, declared, desired};
@@ -346,6 +360,9 @@ void TensorParallel::redistribute_dtensor(int m, Activation& act, Placement to, 
 void TensorParallel::input_hook(int m, Activation& act, Mode mode) {
   const ModuleState& tp = modules_[m];
   if (!tp.parallel && !tp.distributed) return;
+  if (!tp.distributed &&
+      (tp.spec.style == TPStyle::prepare_output || (tp.spec.style == TPStyle::prepare_input && !tp.spec.input_layout)))
+    return;  // no input layout: nothing to record or redistribute
   const TpBoundary layouts = boundary(m, act.rank());
   if (mode != Mode::replay && context_.iteration == 1) record_boundary(layouts);
   if (tp.distributed) {
@@ -390,6 +407,14 @@ void TensorParallel::styled_input(int m, Activation& act, Mode mode) {
   const TpBoundary layouts = boundary(m, rank);
   const bool dtensor_input = act.dtensor.has_value();
   const Placement src = dtensor_input ? *act.dtensor : layouts.declared, dst = layouts.desired;
+  // PyTorch redistributes only when input_layouts differs from the layout the style computes on;
+  // a DTensor placed otherwise is then left to DTensor's op dispatch, which stratsim does not model.
+  if (dtensor_input && layouts.declared == dst && src != dst)
+    throw PlanError(fmt::format(
+        "{}: receives a DTensor placed {} while its input_layouts ({}) equal the layout "
+        "{} computes on, so PyTorch leaves the placement to DTensor's operator dispatch; "
+        "not modelled (declare input_layouts={})",
+        fqn, src.str(), layouts.declared.str(), colwise ? "ColwiseParallel" : "RowwiseParallel", src.str()));
   if (module.leaf == LeafKind::linear) {
     // Branching blocks (wq/wk/wv read the same input) make the running width unreliable: take
     // the layer's in_features, local under a Shard(-1) input layout.
@@ -411,11 +436,14 @@ void TensorParallel::styled_input(int m, Activation& act, Mode mode) {
   // its output dim; Shard(-1) for Rowwise) goes back to the input layout -- here for a plain
   // input (from_local's backward), by the DTensor's maker for a DTensor one.
   const Placement grad_src = colwise ? Placement::partial() : dst;
-  if (dtensor_input && forward_op == RedistributeOp::none) {
+  if (dtensor_input && src == dst) {
     tape_.push([this, input_node, grad_src]() { leave_grad(input_node, grad_src); });
     return;
   }
-  const Placement target = dtensor_input && src.is_partial() && !grad_src.is_partial() ? Placement::replicate() : src;
+  // Redistribute.backward takes a Partial source's sharded or replicated gradient as Replicate;
+  // from_local's backward reads a Partial declaration as Replicate.
+  const Placement target =
+      src.is_partial() && (!dtensor_input || !grad_src.is_partial()) ? Placement::replicate() : src;
   const RedistributeOp backward_op = redistribute_op(grad_src, target, rank);
   Activation grad = act;  // the gradient has the post-redistribution local shape
   tape_.push([this, m, backward_op, grad, target, grad_src, tp, dtensor_input, input_node]() {
@@ -454,9 +482,10 @@ void TensorParallel::output_hook(int m, Activation& act, Mode mode) {
       if (!tp.spec.output_layout) return;
       if (mode != Mode::replay) tape_.output_replaced();
       const int rank = act.rank();
-      const Placement declared = tp.spec.output_layout->normalized(rank);
+      const Placement declared = in_range(*tp.spec.output_layout, rank, context_.label(m), "output_layouts");
       if (!act.dtensor) from_local(m, act, declared, tp.dims, mode);
-      const Placement desired = tp.spec.desired_output_layout->normalized(rank);
+      const Placement desired =
+          in_range(tp.spec.desired_output_layout.value_or(declared), rank, context_.label(m), "desired_output_layouts");
       if (declared != desired) redistribute_dtensor(m, act, desired, mode, "output");
       if (tp.spec.local_output()) to_local(act);
       return;
@@ -475,7 +504,8 @@ void TensorParallel::styled_output(int m, Activation& act, Mode mode) {
   const int rank = act.rank();
   const Placement local = colwise ? Placement::shard(rank - 1) : Placement::partial();
   const Placement target =
-      tp.spec.output_layout.value_or(colwise ? Placement::shard(-1) : Placement::replicate()).normalized(rank);
+      in_range(tp.spec.output_layout.value_or(colwise ? Placement::shard(-1) : Placement::replicate()), rank,
+               context_.label(m), "output_layouts");
   const RedistributeOp forward_op = redistribute_op(local, target, rank);
   if (forward_op != RedistributeOp::none) {
     redistribute(forward_op, act, OpRole::tp_output, local, target, tp.dims, phase, m,
@@ -528,12 +558,20 @@ void TensorParallel::leaf_hook(int m, const Activation& input, Activation& outpu
         fmt::format("{}: a {} on a DTensor input ({}) is not modelled; give it a local tensor "
                     "(use_local_output=True on the style before it)",
                     label, module.type, placement.str()));
+  // Norms and non-linear element-wise ops first make a Partial input Replicate (an all-reduce).
+  if (placement.is_partial())
+    throw PlanError(
+        fmt::format("{}: a {} on a Partial DTensor (PyTorch all-reduces it first) is not modelled; "
+                    "redistribute it to Replicate() or Shard(d) before",
+                    label, module.type));
   if (is_norm(module.leaf) && placement.is_shard() && placement.dim == input.rank() - 1)
     throw PlanError(fmt::format("{}: a {} over a DTensor sharded on its normalized (last) dim is not modelled", label,
                                 module.type));
   // The weight's gradient sums over the batch and sequence: sharded there, it is Partial.
   if (placement.is_shard())
-    for (int p : module.params) context_.params[p].partial_grad_dims = input.dtensor_dims;
+    for (int p : module.params)
+      if (partial_grad_dims_[p].empty())  // distribute_module reduces its own (reduce_partial_grad)
+        context_.params[p].partial_grad_dims = input.dtensor_dims;
   output.dtensor = placement;
   output.dtensor_dims = input.dtensor_dims;
   new_node(output);

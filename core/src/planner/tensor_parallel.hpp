@@ -29,6 +29,7 @@ class TensorParallel {
 
   // Module hooks: the input is redistributed to the layout the style computes on, the output to the
   // declared output layout; backward redistributes the gradients the other way.
+  void begin_iteration();  // DTensor gradient nodes are per backward
   void input_hook(int m, Activation& act, Mode mode);
   void output_hook(int m, Activation& act, Mode mode);
 

@@ -413,6 +413,11 @@ bool Walk::keeps_output(const Module& module, Mode mode) {
 }
 
 void Walk::forward_param_matmul(int p, Activation& act, Mode mode) {
+  if (act.dtensor)  // torch.mm(x, self.p) with x a DTensor and p a plain parameter
+    throw PlanError(fmt::format(
+        "{}: aten.mm.default got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor before "
+        "calling distributed operators!",
+        context_.model.params[p].fqn));
   const Parameter& param = context_.model.params[p];
   const ParamState& state = context_.params[p];
   const int m = param.module;
@@ -532,6 +537,7 @@ void Walk::run_iteration() {
   saved_.clear();
   fsdp_.begin_iteration();
   fsdp2_.begin_iteration();
+  tp_.begin_iteration();
 
   const std::int64_t seq = plan.seq_len > 0 ? plan.seq_len : model.seq_len;
   Activation act;
