@@ -512,13 +512,18 @@ void Walk::optimizer_step() {
   }
   // A Partial gradient (a SequenceParallel norm's) stays so in .grad: the optimizer's first op on
   // it redistributes it to the parameter's Replicate, in parameter order.
+  // It waits for the gradient's other reductions (DDP's bucket all-reduce of the same tensor).
+  const std::vector<int> reduced = builder_.iteration_grad_ops;
   for (std::size_t p = 0; p < context_.params.size(); ++p) {
     const ParamState& state = context_.params[p];
     if (state.partial_grad_dims.empty() || sharded(static_cast<int>(p)) || !context_.model.params[p].requires_grad)
       continue;
-    builder_.iteration_grad_ops.push_back(all_reduce_partial_param_grad(
+    const int id = all_reduce_partial_param_grad(
         context_, builder_, static_cast<int>(p), context_.param_bytes(static_cast<int>(p)),
-        context_.model.params[p].dtype, builder_.last_compute, Phase::optimizer));
+        context_.model.params[p].dtype, builder_.last_compute, Phase::optimizer);
+    builder_.result.program.ops[id].deps.insert(builder_.result.program.ops[id].deps.end(), reduced.begin(),
+                                                reduced.end());
+    builder_.iteration_grad_ops.push_back(id);
   }
   builder_.last_optimizer_op =
       builder_.compute("optimizer.step", 0, Phase::optimizer, "optimizer", cost.flops_per_element * elements, bytes,
