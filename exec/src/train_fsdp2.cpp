@@ -5,6 +5,7 @@
 // sends, for each rank, that rank's rows of every gradient, so each rank receives the sum of its
 // own rows. As in FsdpUnits, freed unsharded parameters are NaN, so a program that reads them
 // without its all-gather fails the parity check.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -15,8 +16,9 @@
 namespace stratsim::exec::train {
 namespace {
 
-// Gradient division over the data-parallel ranks, before and after the collective, as FSDP's
-// default (a power of two near sqrt(world) first) so neither sum overflows in low precision.
+// Gradient division over the data-parallel ranks, before and after the collective: FSDP1's
+// default split (a power of two near sqrt(world) first). FSDP2 in float32 uses ReduceOp.AVG;
+// both are the mean, to rounding.
 double predivide_factor(int world) {
   int factor = 1;
   while (world % factor == 0 && world / factor > factor) factor *= 2;
@@ -28,11 +30,11 @@ double predivide_factor(int world) {
 struct Fsdp2Groups::Group {
   const core::FsdpParamGroupReport* report = nullptr;
   std::vector<int> params;
-  std::vector<std::int64_t> row_numel;  // elements per dim-0 row of each parameter (local shape)
-  std::vector<std::int64_t> rows;       // dim-0 extent (local shape)
+
   int group = -1, world = 1, position = 0, dp_world = 1;
   std::vector<std::vector<float>> shards, shard_grads;  // per parameter: the rank's padded rows
-  std::vector<float> pending;
+  std::vector<float> pending;                           // the reduced rows of the parameters in `reduced`, back to back
+  std::vector<std::size_t> reduced;                     // the group's parameters the last reduction covered
   bool has_grad = false;
   std::vector<OptimizerState> optimizer;
 };
@@ -47,6 +49,7 @@ Fsdp2Groups::~Fsdp2Groups() = default;
 Fsdp2Groups::Group Fsdp2Groups::make_group(const core::FsdpParamGroupReport& report) {
   Group group;
   group.report = &report;
+  if (report.params.empty()) return group;  // its submodules' groups took every parameter
   const core::DeviceMesh& mesh = state_.program.mesh;
   group.group = state_.group_of(report.group_dims);
   const std::vector<int> members = mesh.group_ranks(state_.rank, report.group_dims);
@@ -54,12 +57,7 @@ Fsdp2Groups::Group Fsdp2Groups::make_group(const core::FsdpParamGroupReport& rep
   group.position = position_in(members, state_.rank);
   group.dp_world = group.world * mesh.group_size(report.replicate_dims);
   for (const std::string& fqn : report.params) {
-    const int p = state_.param_of(fqn);
-    const std::vector<std::int64_t>& shape = state_.planned.params[p].local_shape;
-    const std::int64_t numel = state_.params[p].size();
-    group.params.push_back(p);
-    group.rows.push_back(shape.empty() ? 1 : shape.front());
-    group.row_numel.push_back(shape.empty() ? 1 : numel / shape.front());
+    group.params.push_back(state_.param_of(fqn));
   }
   group.shards.resize(group.params.size());
   group.shard_grads.resize(group.params.size());
@@ -72,7 +70,7 @@ Fsdp2Groups::Group Fsdp2Groups::make_group(const core::FsdpParamGroupReport& rep
 void Fsdp2Groups::refresh(Group& group) {
   for (std::size_t i = 0; i < group.params.size(); ++i) {
     const Matrix& value = state_.params[group.params[i]];
-    if (value.size() > 0 && std::isnan(value.data()[0])) return;  // freed: the shards are current
+    if (value.size() > 0 && std::isnan(value.data()[0])) continue;  // freed: its shard is current
     const std::int64_t shard = group.report->shard_numels[i];
     std::vector<float>& out = group.shards[i];
     out.assign(shard, 0.0f);
@@ -157,14 +155,21 @@ void Fsdp2Groups::unshard(const core::ProgramOp& op) {
   }
 }
 
-// foreach_reduce: for each rank, its rows of every gradient (padded), reduce-scattered; each rank
-// keeps the sum of its own rows.
+// foreach_reduce: for each rank, its rows of every gradient the op names (padded; parameters that
+// got no gradient are left out, as PyTorch leaves them), reduce-scattered; each rank keeps the sum
+// of its own rows.
 void Fsdp2Groups::reduce_grad(const core::ProgramOp& op) {
   Group& group = group_of(op);
-  const std::int64_t segment = group.report->shard_numel;
+  group.reduced.clear();
+  std::int64_t segment = 0;
+  for (std::size_t i = 0; i < group.params.size(); ++i)
+    if (std::find(op.params.begin(), op.params.end(), state_.model.params[group.params[i]].fqn) != op.params.end()) {
+      group.reduced.push_back(i);
+      segment += group.report->shard_numels[i];
+    }
   std::vector<float> input(segment * group.world, 0.0f);
   std::int64_t offset = 0;
-  for (std::size_t i = 0; i < group.params.size(); ++i) {
+  for (const std::size_t i : group.reduced) {
     const Matrix& grad = state_.grads[group.params[i]];
     const std::int64_t shard = group.report->shard_numels[i];
     for (int r = 0; r < group.world; ++r)
@@ -198,12 +203,13 @@ void Fsdp2Groups::finish_reduction(Group& group) {
   const double post = group.dp_world / predivide_factor(group.dp_world);
   if (post > 1)
     for (float& g : group.pending) g /= static_cast<float>(post);
+  if (!group.has_grad)
+    for (std::size_t i = 0; i < group.params.size(); ++i)
+      group.shard_grads[i].assign(group.report->shard_numels[i], 0.0f);
   std::int64_t offset = 0;
-  for (std::size_t i = 0; i < group.params.size(); ++i) {
+  for (const std::size_t i : group.reduced) {
     const std::int64_t shard = group.report->shard_numels[i];
-    std::vector<float>& grad = group.shard_grads[i];
-    if (!group.has_grad) grad.assign(shard, 0.0f);
-    for (std::int64_t k = 0; k < shard; ++k) grad[k] += group.pending[offset + k];
+    for (std::int64_t k = 0; k < shard; ++k) group.shard_grads[i][k] += group.pending[offset + k];
     offset += shard;
   }
   group.has_grad = true;

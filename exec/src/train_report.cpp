@@ -49,6 +49,7 @@ std::string train_unsupported_reason(const core::Model& model, const core::Plan&
   std::string why = train::unsupported_reason(model);
   if (why.empty()) why = forward_use_reason(model);
   if (!why.empty()) return why;
+  if (plan.loss_parallel) return "loss_parallel has no --train numerics yet";
   for (const core::PlanStep& step : plan.steps) {
     if (const auto* fsdp2 = std::get_if<core::FullyShard2Step>(&step.body))
       for (const auto& dtype : {fsdp2->param_dtype, fsdp2->reduce_dtype, fsdp2->output_dtype})
@@ -62,7 +63,7 @@ std::string train_unsupported_reason(const core::Model& model, const core::Plan&
               "{}: \"{}\": SequenceParallel / PrepareModuleInput / PrepareModuleOutput have no --train numerics "
               "yet; `stratsim run` without --train executes their collectives",
               step.where, pattern);
-    if (plan.loss_parallel) return "loss_parallel has no --train numerics yet";
+
     const auto* shard = std::get_if<core::FullyShardStep>(&step.body);
     if (shard == nullptr) continue;
     for (const auto& dtype : {shard->param_dtype, shard->reduce_dtype, shard->buffer_dtype})

@@ -257,6 +257,18 @@ TEST(TrainFullyShard2, OverTensorParallelMatchesLocalTraining) {
   expect_parity(outcome);
 }
 
+TEST(TrainFullyShard2, AGroupLeftWithoutParametersTrains) {
+  // The root's fully_shard over "x" finds every parameter taken by net1's and net2's groups over
+  // "dp": an empty group, on a mesh dim no collective uses.
+  const Outcome outcome = train_spec("zoo:SimpleMLP", R"({"world_size": 4, "batch_size": 2, "iterations": 2,
+      "mesh": {"shape": [2, 2], "dim_names": ["dp", "x"]}, "torch_version": "2.15",
+      "steps": [{"torch.distributed.fsdp.fully_shard": {"module": "net1", "mesh_dim": "dp"}},
+                {"torch.distributed.fsdp.fully_shard": {"module": "net2", "mesh_dim": "dp"}},
+                {"torch.distributed.fsdp.fully_shard": {"module": "", "mesh_dim": "x"}}]})");
+  for (const RankError& error : outcome.errors) ASSERT_EQ(error.message, "");
+  EXPECT_TRUE(outcome.summary.passed) << exec::training_text(outcome.summary);
+}
+
 TEST(TrainMutation, Fsdp2GatherThatSkipsARankBreaksParity) {
   // The all-gather's bytes still move, but the group's rows are not written back.
   const Outcome outcome = train_spec("zoo:SimpleMLP",

@@ -93,6 +93,28 @@ def with_conv():
     return WithConv()
 
 
+def tied():
+    """Embedding and output sharing one weight: the format has no shared parameters."""
+    model = llama(layers=1)
+    model.output.weight = model.tok_embeddings.weight
+    return model
+
+
+class OwnLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4, 8))
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(nn.functional.linear(x, self.w))
+
+
+def own_linear():
+    """An own parameter used through F.linear, which the format cannot say (only torch.mm(x, p))."""
+    return OwnLinear()
+
+
 # ------------------------------------------------------------------------------------------------
 # torchtitan's llama3 model as its source writes it (torchtitan/models/llama3/model.py, abridged):
 # a ModuleDict of blocks called with the rotary table, complex rotary arithmetic, repeat_kv for

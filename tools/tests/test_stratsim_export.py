@@ -112,6 +112,8 @@ class ExportTest(unittest.TestCase):
         cases = [
             (["nope:make"], "cannot import nope"),
             (["export_examples:with_conv"], "conv: Conv2d is not a leaf type stratsim knows"),
+            (["export_examples:tied"], "output.weight is the same parameter as tok_embeddings.weight (tied)"),
+            (["export_examples:own_linear"], "w: the forward uses it other than as torch.mm(x, self.w)"),
             (["export_examples:llama", "layers"], "expected key=value"),
             (["export_examples:llama", "--input-shape", "2,8", "--parallelize", "export_examples:bad_parallelize",
               "--mesh", "2",
