@@ -86,9 +86,13 @@ struct Process {
 };
 
 std::vector<pid_t> children_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
   std::vector<pid_t> children;
-  for (pid_t child; in >> child;) children.push_back(child);
+  try {  // the process may exit while we read (see ended())
+    std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+    for (pid_t child; in >> child;) children.push_back(child);
+  } catch (const std::exception&) {
+    children.clear();
+  }
   return children;
 }
 
@@ -141,10 +145,17 @@ constexpr auto kLauncherGrace = std::chrono::seconds(2);
 // leaves room for a CI box running the sanitizer build). A 20 s grace still fails by 12 s or more.
 constexpr auto kLauncherSlack = std::chrono::seconds(6);
 
-// A process that has exited: gone from /proc, or a zombie not yet reaped.
+// A process that has exited: gone from /proc, or a zombie not yet reaped. A process that exits
+// between the open and the read fails the read with ESRCH, which libstdc++'s filebuf throws
+// ("basic_filebuf::underflow error reading the file: No such process"): that is an ending too.
 bool ended(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  std::string stat;
+  try {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    stat.assign(std::istreambuf_iterator<char>(in), {});
+  } catch (const std::exception&) {
+    return true;
+  }
   const std::size_t after_name = stat.rfind(')');
   return stat.empty() || (after_name != std::string::npos && stat.find(" Z ", after_name) == after_name + 1);
 }
