@@ -12,17 +12,6 @@
 #include "train_state.hpp"
 
 namespace stratsim::exec::train {
-namespace {
-
-// FSDP's gradient pre/post division (DefaultState._get_gradient_predivide_factor): divide by f
-// before the collective and by world / f after it, so neither sum overflows in low precision.
-double predivide_factor(int world) {
-  int factor = 1;
-  while (world % factor == 0 && world / factor > factor) factor *= 2;
-  return factor;
-}
-
-}  // namespace
 
 struct FsdpUnits::Unit {
   const core::FsdpUnitReport* report = nullptr;
@@ -68,27 +57,13 @@ FsdpUnits::Unit FsdpUnits::make_unit(const core::FsdpUnitReport& report) {
 // (_post_forward_reshard): poison them after the unit's last forward step, so backward reads
 // them only through the program's pre-backward all-gather.
 void FsdpUnits::plan_reshard_after_forward() {
-  const core::Model& model = state_.model;
-  // Forward order as after_forward_step keys it: leaf module m, or -(p + 1) for a matmul of p.
-  std::vector<int> steps;
-  for (const core::ForwardStep& step : core::flat_forward(model))
-    steps.push_back(step.kind == core::ForwardStep::Kind::child ? step.index : -(step.index + 1));
   for (std::size_t u = 0; u < units_.size(); ++u) {
     const core::FsdpUnitReport& report = *units_[u].report;
     const bool frees = report.strategy == core::ShardingStrategy::full_shard ||
                        report.strategy == core::ShardingStrategy::hybrid_shard;
     if (report.root || !frees || units_[u].params.empty()) continue;
-    const int unit_module = model.find_module(report.module);
-    int last = 0;
-    bool found = false;
-    for (int step : steps) {
-      const int owner = step >= 0 ? step : model.params[-step - 1].module;
-      if (model.in_subtree(owner, unit_module)) {
-        last = step;
-        found = true;
-      }
-    }
-    if (found) reshard_after_[last].push_back(static_cast<int>(u));
+    if (const auto last = last_forward_step(state_.model, state_.model.find_module(report.module)))
+      reshard_after_[*last].push_back(static_cast<int>(u));
   }
 }
 

@@ -14,18 +14,6 @@
 #include "train_state.hpp"
 
 namespace stratsim::exec::train {
-namespace {
-
-// Gradient division over the data-parallel ranks, before and after the collective: FSDP1's
-// default split (a power of two near sqrt(world) first). FSDP2 in float32 uses ReduceOp.AVG;
-// both are the mean, to rounding.
-double predivide_factor(int world) {
-  int factor = 1;
-  while (world % factor == 0 && world / factor > factor) factor *= 2;
-  return factor;
-}
-
-}  // namespace
 
 struct Fsdp2Groups::Group {
   const core::FsdpParamGroupReport* report = nullptr;
@@ -86,24 +74,11 @@ void Fsdp2Groups::refresh_shards() {
 // A non-root group that reshards after forward frees its parameters after its module's last
 // forward step (the root keeps them: reshard_after_forward as the plan ran it).
 void Fsdp2Groups::plan_reshard_after_forward() {
-  const core::Model& model = state_.model;
-  std::vector<int> steps;
-  for (const core::ForwardStep& step : core::flat_forward(model))
-    steps.push_back(step.kind == core::ForwardStep::Kind::child ? step.index : -(step.index + 1));
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     const core::FsdpParamGroupReport& report = *groups_[g].report;
     if (!report.reshard_after_forward || groups_[g].params.empty()) continue;
-    const int module = model.find_module(report.module);
-    int last = 0;
-    bool found = false;
-    for (int step : steps) {
-      const int owner = step >= 0 ? step : model.params[-step - 1].module;
-      if (model.in_subtree(owner, module)) {
-        last = step;
-        found = true;
-      }
-    }
-    if (found) reshard_after_[last].push_back(static_cast<int>(g));
+    if (const auto last = last_forward_step(state_.model, state_.model.find_module(report.module)))
+      reshard_after_[*last].push_back(static_cast<int>(g));
   }
 }
 
@@ -179,6 +154,7 @@ void Fsdp2Groups::reduce_grad(const core::ProgramOp& op) {
       }
     offset += shard;
   }
+  // FSDP2 in float32 reduces with ReduceOp.AVG; FSDP1's pre/post split is the same mean, to rounding.
   const double pre = predivide_factor(group.dp_world);
   if (pre > 1)
     for (float& g : input) g /= static_cast<float>(pre);

@@ -32,6 +32,22 @@ Matrix chunk(const Matrix& m, int d, int n, int k) {
   return m.middleCols(k * cols, cols);
 }
 
+double predivide_factor(int world) {
+  int factor = 1;
+  while (world % factor == 0 && world / factor > factor) factor *= 2;
+  return factor;
+}
+
+std::optional<int> last_forward_step(const core::Model& model, int module) {
+  std::optional<int> last;
+  for (const core::ForwardStep& step : core::flat_forward(model)) {
+    const int key = step.kind == core::ForwardStep::Kind::child ? step.index : -(step.index + 1);
+    const int owner = key >= 0 ? key : model.params[-key - 1].module;
+    if (model.in_subtree(owner, module)) last = key;
+  }
+  return last;
+}
+
 int position_in(const std::vector<int>& members, int rank) {
   return static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
 }

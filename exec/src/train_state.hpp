@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -44,6 +45,13 @@ std::span<float> span_of(Matrix& m);
 // Chunk `k` of `n` along dim `d` (DTensor's even split); InputError when it does not divide.
 Matrix chunk(const Matrix& m, int d, int n, int k);
 int position_in(const std::vector<int>& members, int rank);
+// FSDP's gradient pre/post division (DefaultState._get_gradient_predivide_factor): divide by f
+// before the collective and by world / f after it, so neither sum overflows in low precision.
+double predivide_factor(int world);
+// The last forward step that runs inside `module`'s subtree, as the trainer keys steps (leaf
+// module m, or -(p + 1) for a matmul of parameter p); nullopt when none does. FSDP frees a unit or
+// group that reshards after forward there.
+std::optional<int> last_forward_step(const core::Model& model, int module);
 
 // What every part of the interpreter reads and writes on one rank. Built once: the layout of the
 // batch over the mesh, then the parameters (initialised, sliced for tensor parallelism, perturbed
