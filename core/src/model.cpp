@@ -41,6 +41,11 @@ std::optional<JoinKind> parse_join_kind(std::string_view name) { return kJoinKin
 
 std::optional<LeafKind> parse_leaf_kind(std::string_view type) { return kLeafTypes.parse(type); }
 
+bool is_elementwise(LeafKind kind) {
+  return kind == LeafKind::relu || kind == LeafKind::sigmoid || kind == LeafKind::silu || kind == LeafKind::gelu ||
+         kind == LeafKind::tanh || kind == LeafKind::identity;
+}
+
 std::string leaf_type_list() {
   std::string out;
   for (const auto& [kind, name] : kLeafTypes.entries) out += (out.empty() ? "" : ", ") + std::string(name);

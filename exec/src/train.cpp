@@ -210,12 +210,6 @@ class Trainer {
     return out;
   }
 
-  static bool elementwise(core::LeafKind kind) {
-    using core::LeafKind;
-    return kind == LeafKind::relu || kind == LeafKind::sigmoid || kind == LeafKind::tanh || kind == LeafKind::silu ||
-           kind == LeafKind::gelu || kind == LeafKind::identity;
-  }
-
   void run_leaf(const core::ProgramOp& op) {
     const int m = model_.find_module(op.module);
     if (m < 0) throw std::runtime_error(fmt::format("unknown module \"{}\"", op.module));
@@ -239,7 +233,7 @@ class Trainer {
       out = Placement::shard(1);
     } else {
       const bool rows_only = act_.placement.is_replicate() || act_.placement == Placement::shard(0);
-      state_.expect(op, elementwise(module.leaf) ? !act_.placement.is_partial() : rows_only,
+      state_.expect(op, core::is_elementwise(module.leaf) ? !act_.placement.is_partial() : rows_only,
                     fmt::format("a {} cannot run on a {} activation", module.type, act_.placement.str()));
       out = act_.placement;
     }

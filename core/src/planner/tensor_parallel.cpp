@@ -56,21 +56,8 @@ const char* style_name(TPStyle style) {
 // What a leaf does to a DTensor input's placement: keeps it (element-wise ops, dropout, norms
 // over the feature dim) or is not modelled on DTensors.
 bool keeps_placement(LeafKind leaf) {
-  switch (leaf) {
-    case LeafKind::relu:
-    case LeafKind::sigmoid:
-    case LeafKind::silu:
-    case LeafKind::gelu:
-    case LeafKind::tanh:
-    case LeafKind::dropout:
-    case LeafKind::identity:
-    case LeafKind::rotary:
-    case LeafKind::rms_norm:
-    case LeafKind::layer_norm:
-      return true;
-    default:
-      return false;
-  }
+  return is_elementwise(leaf) || leaf == LeafKind::dropout || leaf == LeafKind::rotary || leaf == LeafKind::rms_norm ||
+         leaf == LeafKind::layer_norm;
 }
 
 bool is_norm(LeafKind leaf) { return leaf == LeafKind::rms_norm || leaf == LeafKind::layer_norm; }

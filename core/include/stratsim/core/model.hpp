@@ -34,6 +34,9 @@ enum class LeafKind {
 std::string_view leaf_kind_name(LeafKind kind);
 std::optional<LeafKind> parse_leaf_kind(std::string_view type);  // a leaf module type, aliases included
 std::string leaf_type_list();                                     // "Linear, ReLU, ..." for error messages
+// The parameter-free activations that act element by element (ReLU, Sigmoid, SiLU, GELU, Tanh,
+// Identity): their output has the input's shape and placement.
+bool is_elementwise(LeafKind kind);
 
 struct Parameter {
   std::string fqn;   // "u1.seq.1.weight"; a root parameter is just "p"
