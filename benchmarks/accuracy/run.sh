@@ -46,8 +46,8 @@ done
 # One GPU, measured (gpu/measured/*.json on an H100, gpu/measured/h200/*.json on an H200; PyTorch
 # 2.11, FSDP2 at world size 1; gpu/measure.sh records them all): each run's median step and peak
 # allocated memory beside the preset's prediction for the same model and plan. Memory within 5 %
-# or the run fails; step time is printed with its error, a known miss of issue 14 (FSDP2's copy
-# and cast kernels, about 10 % of the step, are not modelled yet).
+# or the run fails; step time is printed with its error (issue 14 asks for 10 % on the published
+# 8-GPU run; these are its evidence).
 status=0
 plan=$(mktemp --suffix=.yaml)
 trap 'rm -f "$plan"' EXIT
@@ -66,14 +66,17 @@ measured_on_one_gpu() { # DIR PRESET GPU
     for value in "$layers" "$ac" "$norm" "$batch" "$seq" "$dim" "$heads" "$kv_heads" "$ffn" "$vocab"; do
       [[ -n $value ]] || { echo "run.sh: $run: a config field is missing" >&2; exit 2; }
     done
-    { echo "world_size: 1"; echo "batch_size: $batch"; echo "optimizer: {type: adamw}"; echo "steps:"
-      for ((i = 0; i < layers; i++)); do
-        case $ac in
-          full) echo "  - checkpoint: {module: layers.$i}" ;;
-          selective_op) echo "  - checkpoint: {module: layers.$i, policy: selective_op}" ;;
-        esac
-      done
-      echo '  - fully_shard: {module: "", strategy: FULL_SHARD, policy: {module_types: [TransformerBlock]}, mixed_precision: {param_dtype: bfloat16, reduce_dtype: float32}}'
+    # llama_step.py's own plan: FSDP2 per block (reshard_after_forward=True), then the root;
+    # clip_grad_norm_(max_norm=1) before the fused AdamW step; PyTorch 2.11.
+    mp='mp_policy: {param_dtype: bfloat16, reduce_dtype: float32}'
+    { echo "world_size: 1"; echo "batch_size: $batch"; echo "optimizer: {type: adamw, max_norm: 1.0}"
+      echo 'torch_version: "2.11"'; echo "steps:"
+      case $ac in
+        full) echo '  - checkpoint: {module: "layers.*"}' ;;
+        selective_op) echo '  - checkpoint: {module: "layers.*", policy: selective_op}' ;;
+      esac
+      echo "  - torch.distributed.fsdp.fully_shard: {module: \"layers.*\", reshard_after_forward: true, $mp}"
+      echo "  - torch.distributed.fsdp.fully_shard: {module: \"\", $mp}"
     } >"$plan"
     model="zoo:gpt:layers=$layers,hidden=$dim,heads=$heads,kv_heads=$kv_heads,ffn=$ffn,vocab=$vocab,seq=$seq,norm=$norm"
     tps=$("$build/stratsim" simulate --quiet --model "$model" --plan "$plan" --iterations 2 --platform "$preset:gpus=1" --json |
@@ -91,7 +94,7 @@ measured_on_one_gpu() { # DIR PRESET GPU
 measured_on_one_gpu "$here/gpu/measured" h100 H100
 measured_on_one_gpu "$here/gpu/measured/h200" h200 H200
 echo
-echo "Step time: every run simulates fast; the profiles (\"profile\" in each JSON) show FSDP2's"
-echo "parameter casts, copy-in/copy-out and chunk_cat at about 38 ms of a 380 ms step on the H100,"
-echo "work the FSDP1 plan the simulator runs does not have. Memory: the peak is the loss's backward."
+echo "Step time: the H100 runs simulate 2.6-5.0 % fast; by the profiles' \"scopes\" the model's own"
+echo "element-wise work (repeat_kv's copies, RoPE's float32 casts, the loss's cast) is what is left."
+echo "Memory: the peak is the loss's backward."
 exit $status

@@ -52,9 +52,10 @@ const std::vector<std::pair<std::string, std::string>>& builtin_plans() {
       // torchtitan's parallelize_llama on 8 GPUs as dp_shard 2 x tp 4: the Llama TP plan with
       // sequence parallelism and loss parallel (the embedding, final norm and output first, then
       // every block's), then FSDP2 per block and on the root (bfloat16 parameters, float32
-      // reductions). For the llama-style zoo models (zoo:llama2-7b, ...).
+      // reductions), clip_grad_norm_(max_norm=1) before AdamW. For the llama-style zoo models
+      // (zoo:llama2-7b, ...).
       {"torchtitan-llama", R"json({"world_size": 8, "mesh": {"shape": [2, 4], "dim_names": ["dp_shard", "tp"]},
-        "batch_size": 1, "torch_version": "2.15", "loss_parallel": true, "optimizer": {"type": "adamw"},
+        "batch_size": 1, "torch_version": "2.15", "loss_parallel": true, "optimizer": {"type": "adamw", "max_norm": 1.0},
         "steps": [
           {"parallelize_module": {"module": "", "mesh_dim": "tp", "plan": {
             "tok_embeddings": {"style": "RowwiseParallel", "input_layouts": "Replicate()", "output_layouts": "Shard(1)"},
@@ -429,8 +430,8 @@ void parse_mesh(const JsonReader& doc, Plan& plan) {
 }
 
 OptimizerConfig parse_optimizer(const JsonReader& node) {
-  node.allow_only(
-      {"type", "lr", "momentum", "weight_decay", "amsgrad", "master_weights", "foreach", "fused", "betas", "eps"});
+  node.allow_only({"type", "lr", "momentum", "weight_decay", "amsgrad", "master_weights", "foreach", "fused", "betas",
+                   "eps", "max_norm"});
   OptimizerConfig config;
   std::string type = node.get_string("type", "sgd");
   if (type == "sgd" || type == "SGD") config.kind = OptimizerKind::sgd;
@@ -442,6 +443,10 @@ OptimizerConfig parse_optimizer(const JsonReader& node) {
   config.weight_decay = node.get_number("weight_decay", 0.0);
   config.amsgrad = node.get_bool("amsgrad", false);
   config.master_weights = node.get_bool("master_weights", false);
+  if (node.has("max_norm")) {
+    config.max_norm = node.get_number("max_norm", 0.0);
+    if (!(config.max_norm > 0)) node.at("max_norm").fail("expected a positive number (the gradient norm to clip to)");
+  }
   return config;
 }
 

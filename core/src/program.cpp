@@ -26,7 +26,7 @@ constexpr EnumNames<CollectiveKind, 6> kCollectiveKindNames{{{{CollectiveKind::a
                                                               {CollectiveKind::all_to_all, "all_to_all"},
                                                               {CollectiveKind::scatter, "scatter"}}}};
 
-constexpr EnumNames<OpRole, 21> kRoleNames{{{{OpRole::none, "none"},
+constexpr EnumNames<OpRole, 23> kRoleNames{{{{OpRole::none, "none"},
                                              {OpRole::leaf, "leaf"},
                                              {OpRole::param_matmul, "param_matmul"},
                                              {OpRole::optimizer, "optimizer"},
@@ -41,12 +41,14 @@ constexpr EnumNames<OpRole, 21> kRoleNames{{{{OpRole::none, "none"},
                                              {OpRole::fsdp_unshard, "fsdp_unshard"},
                                              {OpRole::fsdp_reduce_grad, "fsdp_reduce_grad"},
                                              {OpRole::fsdp_replicate_grad, "fsdp_replicate_grad"},
+                                             {OpRole::fsdp2_copy, "fsdp2_copy"},
                                              {OpRole::tp_input, "tp_input"},
                                              {OpRole::tp_output, "tp_output"},
                                              {OpRole::tp_grad_input, "tp_grad_input"},
                                              {OpRole::tp_grad_output, "tp_grad_output"},
                                              {OpRole::tp_param_grad, "tp_param_grad"},
-                                             {OpRole::tp_distribute, "tp_distribute"}}}};
+                                             {OpRole::tp_distribute, "tp_distribute"},
+                                             {OpRole::clip_grad_norm, "clip_grad_norm"}}}};
 
 // A JSON string naming a value of `names`' enum; anything else is an error at the node's path.
 template <typename Enum, std::size_t N>

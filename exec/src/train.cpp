@@ -196,6 +196,11 @@ class Trainer {
         dtensor_.distribute(op);
         fsdp2_.refresh_shards();
         return fsdp_.refresh_shards();
+      case OpRole::fsdp2_copy:
+        // The gathers and reductions above move the values these kernels copy.
+        return;
+      case OpRole::clip_grad_norm:
+        // Refused before the run (train_unsupported_reason).
       case OpRole::none:
         break;
     }

@@ -50,6 +50,9 @@ std::string train_unsupported_reason(const core::Model& model, const core::Plan&
   if (why.empty()) why = forward_use_reason(model);
   if (!why.empty()) return why;
   if (plan.loss_parallel) return "loss_parallel has no --train numerics yet";
+  if (plan.optimizer.max_norm > 0)
+    return "optimizer.max_norm (clip_grad_norm_) has no --train numerics yet; `stratsim run` without --train "
+           "executes its all-reduce and kernels";
   for (const core::PlanStep& step : plan.steps) {
     if (const auto* fsdp2 = std::get_if<core::FullyShard2Step>(&step.body))
       for (const auto& dtype : {fsdp2->param_dtype, fsdp2->reduce_dtype, fsdp2->output_dtype})

@@ -28,12 +28,14 @@ double DeviceSpec::peak_for(core::DType dtype) const {
 //  - attention: FlashAttention-2 reports 50-73 % of peak forward on A100/H100; 0.6 is mid-range.
 //  - elementwise, norm, embedding, optimizer: memory bound; vectorised kernels stream at 70-80 %
 //    of HBM bandwidth (embedding gathers rows, so lower), and their math rarely matters.
+//  - multi_tensor_copy: one kernel copying many tensors at their own offsets (FSDP2's chunk_cat
+//    and split_with_sizes_copy): memory bound, as elementwise here; slower on GPUs (the presets).
 //  - other: anything the planner does not classify.
 ComputeModel ComputeModel::defaults() {
   ComputeModel model;
   model.efficiency_ = {
-      {"gemm", {0.75, 0.8}},     {"attention", {0.6, 0.8}}, {"elementwise", {0.5, 0.8}}, {"norm", {0.5, 0.75}},
-      {"embedding", {0.5, 0.7}}, {"optimizer", {0.5, 0.8}}, {"other", {0.5, 0.7}},
+      {"gemm", {0.75, 0.8}},     {"attention", {0.6, 0.8}}, {"elementwise", {0.5, 0.8}},       {"norm", {0.5, 0.75}},
+      {"embedding", {0.5, 0.7}}, {"optimizer", {0.5, 0.8}}, {"multi_tensor_copy", {0.5, 0.8}}, {"other", {0.5, 0.7}},
   };
   model.launch_overhead_ = 2e-6;  // a CUDA kernel launch plus PyTorch dispatch, per op
   return model;
@@ -177,7 +179,8 @@ void ComputeModel::apply(const core::JsonReader& root) {
     const core::JsonReader classes = root.at("op_classes");
     classes.expect_object();
     // Only the classes the planner emits: a misspelt class would otherwise be silently unused.
-    classes.allow_only({"gemm", "attention", "elementwise", "norm", "embedding", "optimizer", "other"});
+    classes.allow_only(
+        {"gemm", "attention", "elementwise", "norm", "embedding", "optimizer", "multi_tensor_copy", "other"});
     for (const std::string& name : classes.keys()) {
       const core::JsonReader entry = classes.at(name);
       entry.expect_object();

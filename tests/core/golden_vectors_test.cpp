@@ -71,6 +71,21 @@ TEST_P(Fsdp2Golden, EveryCollectiveInOrder) {
     EXPECT_EQ(planned(result.iterations[i]), recorded(iterations[i])) << "iteration " << i + 1;
 }
 
+// Where PyTorch refused to clip the case's gradients (tools/golden/clipping.py), the planner refuses
+// the same plan with max_norm in PyTorch's words (its meshes print on the "cpu" the recording ran on).
+TEST_P(Fsdp2Golden, ClipGradNormFailsWherePyTorchFailed) {
+  const nlohmann::json& c = GetParam().doc;
+  if (!c.contains("clip_error")) GTEST_SKIP() << "PyTorch clipped this case, or was not asked to";
+  nlohmann::json plan_doc = c.at("plan");
+  plan_doc["optimizer"] = {{"max_norm", 1.0}};
+  const Model model = model_from_json(c.at("model"), GetParam().name + ".model");
+  const Plan plan = parse_plan(JsonReader(plan_doc, GetParam().name + ".plan"));
+  std::string expected = c.at("clip_error").get<std::string>();
+  for (std::size_t at = expected.find("'cpu'"); at != std::string::npos; at = expected.find("'cpu'"))
+    expected.replace(at, 5, "'cuda'");
+  EXPECT_EQ(plan_error([&] { plan_training(model, plan, {}); }), "optimizer.max_norm: clip_grad_norm_: " + expected);
+}
+
 INSTANTIATE_TEST_SUITE_P(Recorded, Fsdp2Golden, testing::ValuesIn(load_cases("fsdp2.json")),
                          [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(RecordedWithTensorParallel, Fsdp2Golden, testing::ValuesIn(load_cases("fsdp2_tp.json")),
@@ -104,6 +119,26 @@ TEST(Fsdp2GoldenFile, CoversTheOptionsFromACurrentPyTorch) {
   EXPECT_GE(accumulation, 4);
   EXPECT_GE(explicit_reshard, 4);
   EXPECT_GE(worlds.size(), 5u);
+}
+
+// clip_grad_norm_ as torchtitan calls it: clipped cases in the FSDP2 and torchtitan recordings, and
+// refusals (plain and DTensor gradients, gradients on different meshes) in all three.
+TEST(Fsdp2GoldenFile, ClippingCasesAndPyTorchsRefusals) {
+  int clipped = 0, refused = 0;
+  std::set<std::string> reasons;
+  for (const char* file : {"fsdp2.json", "fsdp2_tp.json", "tp_sp.json"}) {
+    std::ifstream in(std::string(STRATSIM_TEST_DATA) + "/golden/" + file);
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    for (const nlohmann::json& c : doc.at("cases")) {
+      clipped += c.at("plan").contains("optimizer") && c.at("plan").at("optimizer").contains("max_norm");
+      if (!c.contains("clip_error")) continue;
+      ++refused;
+      reasons.insert(c.at("clip_error").get<std::string>().substr(0, 20));
+    }
+  }
+  EXPECT_GE(clipped, 30);
+  EXPECT_GE(refused, 20);
+  EXPECT_EQ(reasons.size(), 2u);  // "aten._foreach_norm.S..." and "All operands in aten..."
 }
 
 // The tensor-parallel recording: FSDP2 over Colwise/Rowwise on [dp, tp] meshes, with the setup

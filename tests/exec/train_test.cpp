@@ -457,6 +457,11 @@ TEST(TrainSupport, UnsupportedModelsAndPlansSayWhy) {
   const std::string why = exec::train_unsupported_reason(mlp, mixed, core::plan_training(mlp, mixed));
   EXPECT_NE(why.find("mixed precision"), std::string::npos) << why;
   EXPECT_EQ(exec::train_unsupported_reason(mlp, ddp, core::plan_training(mlp, ddp)), "");
+  const core::Plan clipped = load_plan_text(R"({"world_size": 2, "optimizer": {"max_norm": 1.0},
+      "steps": [{"replicate": {"module": ""}}]})");
+  const std::string clip_why = exec::train_unsupported_reason(mlp, clipped, core::plan_training(mlp, clipped));
+  EXPECT_NE(clip_why.find("optimizer.max_norm (clip_grad_norm_) has no --train numerics"), std::string::npos)
+      << clip_why;
   // A parameter no forward step reaches has no gradient: refused rather than judged.
   const core::Model unused = core::parse_model(core::JsonReader(nlohmann::json::parse(R"({"name": "M",
       "modules": [{"name": "a", "type": "Linear", "in_features": 4, "out_features": 4},

@@ -344,7 +344,8 @@ TEST(ComputeModel, RooflineBothRegimes) {
   EXPECT_EQ(model.duration(collective, h100), 0);
   // Unknown classes use "other".
   EXPECT_EQ(&model.efficiency("conv3d"), &model.efficiency("other"));
-  for (const char* op_class : {"gemm", "attention", "elementwise", "norm", "embedding", "optimizer", "other"}) {
+  for (const char* op_class :
+       {"gemm", "attention", "elementwise", "norm", "embedding", "optimizer", "multi_tensor_copy", "other"}) {
     ASSERT_EQ(model.efficiencies().count(op_class), 1u) << op_class;
     EXPECT_GT(model.efficiency(op_class).flops, 0);
     EXPECT_LE(model.efficiency(op_class).memory, 1);
@@ -368,7 +369,7 @@ TEST(ComputeModel, BadOverridesNameFileAndField) {
   EXPECT_EQ(overrides_error("bad_compute_class.json"),
             kData +
                 "bad_compute_class.json: op_classes.gemn: unknown field (expected one of: gemm, attention, "
-                "elementwise, norm, embedding, optimizer, other)");
+                "elementwise, norm, embedding, optimizer, multi_tensor_copy, other)");
   EXPECT_EQ(overrides_error("bad_key.json"),
             kData +
                 "bad_key.json: nodez: unknown field (expected one of: launch_overhead_us, kernel_floor_us, "

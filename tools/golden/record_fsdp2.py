@@ -27,8 +27,9 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.testing._internal.distributed.fake_pg import FakeStore
 from torch.utils._python_dispatch import TorchDispatchMode
+
+import clipping  # noqa: E402 (tools/golden/clipping.py, beside this file)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
@@ -340,6 +341,7 @@ def record_case(doc, input_width, plan):
             x = torch.randn(plan["batch_size"], input_width, requires_grad=plan["input_requires_grad"])
             model(x).sum().backward()
             if sync:
+                clipping.clip(model, plan)
                 optimizer.step()
                 optimizer.zero_grad()
             iterations.append(recorder.records[start:])
@@ -355,7 +357,6 @@ def main():
                              "tensor parallelism on a dp x tp mesh, mostly under FSDP2")
     parser.add_argument("-o", "--output", required=True)
     options = parser.parse_args()
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
     rng = random.Random(options.seed)
     cases = []
     while len(cases) < options.cases:
@@ -367,11 +368,12 @@ def main():
             doc, input_width = random_tp_model(rng, shape[1])
             plan = random_tp_plan(rng, doc, shape)
         name = f"{options.family}_{len(cases):02d}"
-        # The fake group is created for the largest world; each case uses a mesh of its own size.
-        dist.destroy_process_group()
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan["world_size"])
-        init, iterations = record_case(doc, input_width, plan)
+        # Each case runs on a fake process group of its own world size (clipping.record).
+        (init, iterations), clip_error = clipping.record(record_case, plan, options.seed, len(cases), doc,
+                                                         input_width, plan)
         case = {"name": name, "model": doc, "input_features": input_width, "plan": plan}
+        if clip_error:
+            case["clip_error"] = clip_error
         if init:  # applying the plan issued collectives: "init", before iteration 1's
             case["init"] = init
         case["iterations"] = iterations

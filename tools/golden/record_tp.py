@@ -34,7 +34,8 @@ from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
                                                RowwiseParallel, SequenceParallel, loss_parallel,
                                                parallelize_module)
-from torch.testing._internal.distributed.fake_pg import FakeStore
+
+import clipping  # noqa: E402 (tools/golden/clipping.py, beside this file)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from record_fsdp2 import DTYPES, CollectiveRecorder, compact_json, torch_version_rule  # noqa: E402
@@ -312,6 +313,7 @@ def record_case(c, plan):
             else:
                 F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1)).backward()
             if sync:
+                clipping.clip(model, plan)
                 optimizer.step()
                 optimizer.zero_grad()
             iterations.append(recorder.records[start:])
@@ -332,11 +334,10 @@ def main():
         c = random_config(rng, tp)
         plan = random_plan(rng, c, tp, dp)
         name = f"tp_sp_{len(cases):02d}"
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan["world_size"])
-        init, iterations = record_case(c, plan)
+        (init, iterations), clip_error = clipping.record(record_case, plan, options.seed, len(cases), c, plan)
         case = {"name": name, "model": model_document(c), "plan": plan}
+        if clip_error:
+            case["clip_error"] = clip_error
         if init:
             case["init"] = init
         case["iterations"] = iterations

@@ -8,8 +8,12 @@ What it measures
     FFN 14336, vocab 128256) and --layers transformer blocks, at torchtitan's 8B training shape
     (local batch 2, seq 8192). Also the peak device memory, the model's parameter count,
     torchtitan's MFU FLOPs estimate and, with --profile, the device kernel time per step grouped
-    into classes (gemm, attention, nccl, optimizer, reduction/norm, elementwise) plus the top 30
-    kernels. One process, world size 1: no network is involved, so the numbers are pure compute
+    into classes (gemm, attention, nccl, optimizer, reduction/norm, elementwise), the top 30
+    kernels and "scopes": each kernel's time under the innermost FSDP2 range ("FSDP::pre_forward
+    (layers.*)", "FSDP::post_backward_reduce", ...) or step phase ("step::clip_grad_norm", ...) of
+    the op that launched it, with that op (the profiler links a few kernels to the wrong op:
+    filter rows by op and kernel name together). --trace also writes the profiled steps as a
+    Chrome trace. One process, world size 1: no network is involved, so the numbers are pure compute
     (plus launch overhead) and can be set beside the simulator's kernel-time model.
 
 How to run (one H100, PyTorch >= 2.6; written against 2.11)
@@ -69,6 +73,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -80,6 +85,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import record_function
 
 
 # --------------------------------------------------------------------------------------------
@@ -584,6 +590,41 @@ def gemm_shapes(prof, nsteps: int) -> list:
     return sorted(rows, key=lambda r: -r["us_per_step"])
 
 
+# Where a kernel came from: the innermost of these ranges around the op that launched it. FSDP2
+# labels its own work ("FSDP::all_gather (layers.0)", the root's without a name); train_step
+# labels its phases "step::*".
+# Backward runs on autograd's device thread, outside the main thread's ranges: a kernel there with
+# no FSDP label is the model's backward (or recompute).
+SCOPE_PREFIXES = ("FSDP::", "step::")
+
+
+def kernel_scopes(prof, nsteps: int) -> list:
+    """Device time per step by (scope, the outermost aten op under it, kernel class, kernel), from
+    the CPU op each kernel was launched by (FunctionEvent.kernels) and its parents. FSDP2's copies
+    and casts, the grad-norm clip and the model's own element-wise work are told apart here."""
+    rows = defaultdict(lambda: [0.0, 0])
+    for e in prof.events():
+        kernels = getattr(e, "kernels", None)
+        if not kernels:
+            continue
+        scope, op, parent = "backward (autograd thread)", e.name, e
+        while parent is not None:
+            if parent.name.startswith(SCOPE_PREFIXES):
+                # One row for all blocks: "FSDP::pre_forward (layers.3)" -> "... (layers.*)".
+                scope = re.sub(r"layers\.\d+", "layers.*", parent.name)
+                break
+            if parent.name.startswith("aten::"):
+                op = parent.name
+            parent = parent.cpu_parent
+        for k in kernels:
+            row = rows[(scope, op, kernel_class(k.name), k.name[:160])]
+            row[0] += k.duration
+            row[1] += 1
+    out = [{"scope": s, "op": o, "class": c, "kernel": k, "us_per_step": us / nsteps,
+            "calls_per_step": n / nsteps} for (s, o, c, k), (us, n) in rows.items()]
+    return sorted(out, key=lambda r: (r["scope"], -r["us_per_step"]))
+
+
 def summarize_profile(records, nsteps: int, on_cuda: bool, step_wall_s) -> dict:
     by_class = defaultdict(lambda: [0.0, 0])
     by_name = defaultdict(lambda: [0.0, 0])
@@ -710,6 +751,7 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda", help="cuda (the measurement) or cpu (smoke test)")
     p.add_argument("--profile", action="store_true",
                    help="profile 2 extra steps and group kernel time by class")
+    p.add_argument("--trace", help="with --profile: also write the profiled steps as a Chrome trace here")
     p.add_argument("--early-stop", action="store_true",
                    help="checkpoint early_stop=True (torchtitan's default is False)")
     p.add_argument("--debug-ac", action="store_true",
@@ -782,14 +824,21 @@ def main(argv=None):
 
     def train_step() -> tuple[float, torch.Tensor, torch.Tensor]:
         t0 = time.perf_counter()
-        optimizer.zero_grad()
-        pred = model(inputs)
-        loss = cross_entropy_loss(pred, labels)
+        # The ranges name each phase in a profile (kernel_scopes); they cost nothing otherwise.
+        with record_function("step::zero_grad"):
+            optimizer.zero_grad()
+        with record_function("step::forward"):
+            pred = model(inputs)
+        with record_function("step::loss"):
+            loss = cross_entropy_loss(pred, labels)
         # torchtitan frees the logits before backward to lower the peak.
         del pred
-        loss.backward()
-        grad_norm = clip_grad_norm_(model.parameters(), 1.0, foreach=True)
-        optimizer.step()
+        with record_function("step::backward"):
+            loss.backward()
+        with record_function("step::clip_grad_norm"):
+            grad_norm = clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+        with record_function("step::optimizer"):
+            optimizer.step()
         sync()
         return time.perf_counter() - t0, loss.detach(), grad_norm.detach()
 
@@ -834,7 +883,12 @@ def main(argv=None):
                 dt, _, _ = train_step()
                 prof_s.append(dt)
         profile = summarize_profile(device_kernel_records(prof, on_cuda), nprof, on_cuda, prof_s)
-        if on_cuda:
+        if a.trace:
+            prof.export_chrome_trace(a.trace)
+        try:  # on a CPU there are no kernels: the list stays empty
+            profile["scopes"] = kernel_scopes(prof, nprof)
+        except Exception as err:  # noqa: BLE001
+            profile["scopes_error"] = repr(err)
             try:  # the profiler's event API moves between releases: keep the run if it does
                 profile["gemm_shapes"] = gemm_shapes(prof, nprof)
             except Exception as err:  # noqa: BLE001

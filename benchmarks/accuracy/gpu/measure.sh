@@ -7,7 +7,7 @@
 #   OUTDIR/calibrated.yaml           stratsim calibrate --gpu (cuBLAS GEMM tables, copy rate, floor)
 #   OUTDIR/stratsim-run-nccl-llama4.json
 #                                    stratsim's own NCCL executor on Llama 3.1 8B's shapes, 4 layers,
-#                                    FSDP at world size 1, bf16 params, selective AC, 3 iterations
+#                                    FSDP2 at world size 1, bf16 params, selective AC, 3 iterations
 #   OUTDIR/llama4_selective_op.json  PyTorch (FSDP2 at world size 1) on the same model: gpu/llama_step.py
 #   OUTDIR/torch_gemms.json          PyTorch's matmuls at the Linears' shapes: gpu/torch_gemms.py
 #   OUTDIR/torch_gemms_cool.json     the same, each after 0.5 s idle (the clock before the power cap)
@@ -38,13 +38,16 @@ step() { # NAME COMMAND...: runs it, says how long it took and whether it failed
 
 model="zoo:gpt:layers=4,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,seq=8192,norm=fused"
 plan="$out/.plan.yaml"
+mp='mp_policy: {param_dtype: bfloat16, reduce_dtype: float32}'
 {
   echo "world_size: 1"
   echo "batch_size: 2"
-  echo "optimizer: {type: adamw}"
+  echo "optimizer: {type: adamw, max_norm: 1.0}"
+  echo 'torch_version: "2.11"'
   echo "steps:"
-  for i in 0 1 2 3; do echo "  - checkpoint: {module: layers.$i, policy: selective_op}"; done
-  echo '  - fully_shard: {module: "", strategy: FULL_SHARD, policy: {module_types: [TransformerBlock]}, mixed_precision: {param_dtype: bfloat16, reduce_dtype: float32}}'
+  echo '  - checkpoint: {module: "layers.*", policy: selective_op}'
+  echo "  - torch.distributed.fsdp.fully_shard: {module: \"layers.*\", reshard_after_forward: true, $mp}"
+  echo "  - torch.distributed.fsdp.fully_shard: {module: \"\", $mp}"
 } >"$plan"
 
 step calibrate "$stratsim" calibrate --gpu -o "$out/calibrated.yaml"

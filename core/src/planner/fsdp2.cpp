@@ -138,10 +138,31 @@ void FullyShard2::begin_iteration() {
   }
 }
 
+int FullyShard2::copy_kernel(int g, const char* what, Phase phase, const char* op_class, std::int64_t bytes,
+                             std::vector<int> deps) {
+  const Group& group = groups_[g];
+  return builder_.compute(fmt::format("fsdp2.{} {}", what, context_.label(group.module)), group.module, phase, op_class,
+                          0, bytes, std::move(deps), OpRole::fsdp2_copy);
+}
+
+// FSDP2's kernels around a gather, with bytes read plus written (measured on an H100 with
+// PyTorch 2.11: benchmarks/accuracy/gpu/measured/*.json, "scopes"):
+//  - copy-in (foreach_all_gather, on the all-gather copy-in stream): under MixedPrecisionPolicy
+//    a cast of each shard to param_dtype into one flat buffer, then _foreach_copy_ of that buffer
+//    into the all-gather input; without a cast only the second copy;
+//  - copy-out (foreach_all_gather_copy_out, when the group's forward or backward waits for it):
+//    split_with_sizes_copy of the gathered buffer into the unsharded parameters, one strided
+//    multi-tensor copy of all of them.
+// A shard group of one rank that does not gather (2.9+) does neither: wait_for_unshard casts each
+// shard (all_gather_inputs) and copies it into the unsharded parameter.
+// The copy-in is priced on the compute stream: its kernels share the device with the model's
+// (on one H100 the pre-backward casts ran at 0.59 of the copy rate beside the reduce-scatter
+// stream's copies), and they run before the collective that waits for them either way.
 void FullyShard2::unshard(int g, Phase phase, const char* why) {
   Group& group = groups_[g];
   if (group.unsharded || group.params.empty()) return;
   group.unsharded = true;
+  group.copy_out_pending = true;
   const DType dtype = group.param_dtype();
   const int d = dtype_size(dtype);
   builder_.add_memory(group.unsharded_numel() * d, MemoryTracker::Kind::unsharded);
@@ -151,8 +172,12 @@ void FullyShard2::unshard(int g, Phase phase, const char* why) {
   }
   std::vector<std::string> names;
   for (int p : group.params) names.push_back(context_.model.params[p].fqn);
+  const std::int64_t cast_bytes =
+      group.casts_params() ? group.shard_numel * (dtype_size(group.orig_dtype) + d) : std::int64_t{0};
+  const int copy_in =
+      copy_kernel(g, "all_gather_copy_in", phase, "elementwise", cast_bytes + group.shard_numel * 2 * d);
   // The shards it gathers are the ones the last optimizer step wrote.
-  std::vector<int> deps;
+  std::vector<int> deps = {copy_in};
   if (builder_.last_optimizer_op >= 0) deps.push_back(builder_.last_optimizer_op);
   group.all_gather_op =
       builder_.collective({.kind = CollectiveKind::all_gather,
@@ -171,10 +196,26 @@ void FullyShard2::unshard(int g, Phase phase, const char* why) {
                            .role = OpRole::fsdp_unshard});
 }
 
+void FullyShard2::wait_for_unshard(int g, Phase phase) {
+  Group& group = groups_[g];
+  if (!group.copy_out_pending) return;
+  group.copy_out_pending = false;
+  const int d = dtype_size(group.param_dtype());
+  if (group.all_gather_op >= 0) {
+    copy_kernel(g, "all_gather_copy_out", phase, "multi_tensor_copy", group.unsharded_numel() * 2 * d,
+                {group.all_gather_op});
+    return;
+  }
+  const std::int64_t cast_bytes =
+      group.casts_params() ? group.shard_numel * (dtype_size(group.orig_dtype) + d) : std::int64_t{0};
+  copy_kernel(g, "copy_shards", phase, "elementwise", cast_bytes + group.shard_numel * 2 * d);
+}
+
 void FullyShard2::reshard(int g) {
   Group& group = groups_[g];
   if (!group.unsharded) return;
   group.unsharded = false;
+  group.copy_out_pending = false;
   builder_.add_memory(-group.unsharded_numel() * dtype_size(group.param_dtype()), MemoryTracker::Kind::unsharded);
 }
 
@@ -185,9 +226,11 @@ void FullyShard2::pre_forward(int module, Mode mode, bool input_requires_grad) {
     // Recomputation in backward: the pre-backward hook has gathered the group already, unless the
     // region reaches a group whose outputs have no gradient yet.
     unshard(g, Phase::recompute, "recompute pre-forward");
+    wait_for_unshard(g, Phase::recompute);
     return;
   }
   unshard(g, Phase::forward, "pre-forward");
+  wait_for_unshard(g, Phase::forward);
   // RegisterPostBackwardFunction on the inputs that need a gradient: it runs once autograd has
   // passed back through the whole module, i.e. after every tape entry the module pushes now.
   if (input_requires_grad)
@@ -217,6 +260,7 @@ void FullyShard2::pre_backward(int g, int index) {
   if (std::find(callback_roots_.begin(), callback_roots_.end(), group.root_group) == callback_roots_.end())
     callback_roots_.push_back(group.root_group);
   unshard(g, Phase::backward, "pre-backward");
+  wait_for_unshard(g, Phase::backward);
   if (index > 0) unshard(post_forward_order_[group.root_group][index - 1], Phase::backward, "backward prefetch");
 }
 
@@ -247,15 +291,24 @@ void FullyShard2::post_backward(int g) {
   // _get_grad_inner_tensor: a gradient Partial over a non-data-parallel dim (a SequenceParallel
   // norm's) is all-reduced there first, in the gradient's dtype.
   const DType grad_dtype = group.grad_dtype(context_.plan.torch_version);
-  std::vector<int> before_reduction = {builder_.last_compute};
+  std::vector<int> partial_reductions;
   for (const int p : reduced)
     if (!context_.params[p].partial_grad_dims.empty())
-      before_reduction.push_back(all_reduce_partial_param_grad(context_, builder_, p,
-                                                               context_.params[p].local_numel * dtype_size(grad_dtype),
-                                                               grad_dtype, builder_.last_compute, Phase::backward));
-  int id = before_reduction.back();
+      partial_reductions.push_back(
+          all_reduce_partial_param_grad(context_, builder_, p, context_.params[p].local_numel * dtype_size(grad_dtype),
+                                        grad_dtype, builder_.last_compute, Phase::backward));
+  // foreach_reduce_scatter_copy_in: one chunk_cat of the unsharded gradients into the
+  // reduce-scatter input, cast to reduce_dtype, on the compute stream.
+  const std::int64_t unsharded = shard * group.world;
+  int id = copy_kernel(g, "reduce_scatter_copy_in", Phase::backward, "multi_tensor_copy",
+                       unsharded * (dtype_size(grad_dtype) + d), partial_reductions);
+  const DivideFactors divide = divide_factors(group, reduce);
+  if (divide.pre > 1)
+    id = builder_.side_compute("fsdp.reduce_scatter", fmt::format("fsdp2.predivide {}", label), group.module,
+                               Phase::backward, "elementwise", unsharded * 2 * d, {id}, OpRole::fsdp2_copy);
   const bool scatters = group.world > 1 || context_.plan.torch_version.fsdp2_reduce_scatters_one_rank();
-  if (scatters)
+  std::string stream = "fsdp.reduce_scatter";
+  if (scatters) {
     id = builder_.collective({.kind = CollectiveKind::reduce_scatter,
                               .key = "c10d._reduce_scatter_base_",
                               .dims = group.shard_dims,
@@ -263,30 +316,66 @@ void FullyShard2::post_backward(int g) {
                               .input_bytes = shard * group.world * d,
                               .output_bytes = shard * d,
                               .dtype = reduce,
-                              .stream = "fsdp.reduce_scatter",
+                              .stream = stream,
                               .phase = Phase::backward,
                               .module = group.module,
                               .reason = fmt::format("fsdp2 group {} (post-backward)", label),
                               .params = names,
-                              .deps = before_reduction,
+                              .deps = {id},
                               .role = OpRole::fsdp_reduce_grad});
-  if (!group.replicate_dims.empty())
+  } else {
+    // A group of one rank copies the input into the output (2.10+). Priced on the compute stream:
+    // on one H100 these copies shared the HBM with the next group's casts rather than overlapping.
+    id = copy_kernel(g, "reduce_copy", Phase::backward, "elementwise", shard * 2 * d, {id});
+    stream.clear();
+  }
+  if (!group.replicate_dims.empty()) {
+    stream = "fsdp.all_reduce";
     id = builder_.collective({.kind = CollectiveKind::all_reduce,
                               .key = "c10d.allreduce_",
                               .dims = group.replicate_dims,
                               .bytes = shard * d,
                               .dtype = reduce,
-                              .stream = "fsdp.all_reduce",
+                              .stream = stream,
                               .phase = Phase::backward,
                               .module = group.module,
                               .reason = fmt::format("fsdp2 group {} (HSDP replicate)", label),
                               .params = std::move(names),
                               .deps = {id},
                               .role = OpRole::fsdp_replicate_grad});
+  }
+  id = post_reduce(g, shard, reduce, divide.post != 1, stream, id);
   if (id >= 0) builder_.iteration_grad_ops.push_back(id);
   // The unsharded gradients become the rank's sharded ones, in the parameters' dtype.
   builder_.add_memory(shard * dtype_size(group.orig_dtype) - group.unsharded_grad_bytes, MemoryTracker::Kind::gradient);
   group.unsharded_grad_bytes = 0;
+}
+
+// NCCL divides float32 and bfloat16 sums itself (ReduceOp.AVG). A float16 reduction over N > 1
+// data-parallel ranks risks overflow: it divides by the largest power of two p with p*p < N
+// dividing N before the reduce-scatter, and by N / p after it.
+FullyShard2::DivideFactors FullyShard2::divide_factors(const Group& group, DType reduce) const {
+  DivideFactors factors;
+  const int ranks = group.world * (group.replicate_dims.empty() ? 1 : context_.mesh.group_size(group.replicate_dims));
+  if (reduce != DType::float16 || ranks == 1) return factors;
+  while (ranks % factors.pre == 0 && ranks / factors.pre > factors.pre) factors.pre *= 2;
+  factors.post = static_cast<double>(ranks) / factors.pre;
+  return factors;
+}
+
+int FullyShard2::post_reduce(int g, std::int64_t shard, DType reduce, bool postdivide, const std::string& stream,
+                             int after) {
+  const Group& group = groups_[g];
+  const auto kernel = [&](const char* what, std::int64_t bytes) {
+    after = stream.empty() ? copy_kernel(g, what, Phase::backward, "elementwise", bytes, {after})
+                           : builder_.side_compute(
+                                 stream, fmt::format("fsdp2.{} {}", what, context_.label(group.module)), group.module,
+                                 Phase::backward, "elementwise", bytes, {after}, OpRole::fsdp2_copy);
+  };
+  if (postdivide) kernel("postdivide", shard * 2 * dtype_size(reduce));
+  // _cast_and_view_sharded_grads: the shard becomes the gradient in the parameters' own dtype.
+  if (reduce != group.orig_dtype) kernel("cast_grads", shard * (dtype_size(reduce) + dtype_size(group.orig_dtype)));
+  return after;
 }
 
 // _root_post_backward_final_callback, per root in the order the callbacks were queued: every group
@@ -296,6 +385,13 @@ void FullyShard2::end_backward() {
   for (int root : callback_roots_)
     for (int g : pre_order_)
       if (groups_[g].root_group == root && !groups_[g].post_backward_done) post_backward(g);
+}
+
+std::vector<int> FullyShard2::mesh_dims(int group) const {
+  std::vector<int> dims = groups_[group].replicate_dims;
+  dims.insert(dims.end(), groups_[group].shard_dims.begin(), groups_[group].shard_dims.end());
+  std::sort(dims.begin(), dims.end());
+  return dims;
 }
 
 int FullyShard2::all_gather_op(int p) const {

@@ -42,6 +42,13 @@ class FullyShard2 {
   void post_forward(int module, Mode mode);
   void end_backward();             // the root's post-backward final callback
   int all_gather_op(int p) const;  // the all-gather compute reading parameter p waits for
+  // Parameter p's shard (its gradient's numel after the reduction) and the mesh dims its group
+  // spans, ascending (HSDP: replicate and shard), and shards on.
+  std::int64_t shard_numel(int p) const {
+    return groups_[context_.params[p].fsdp2_group].shard_numels[index_in_group_[p]];
+  }
+  std::vector<int> mesh_dims(int group) const;
+  const std::vector<int>& shard_dims(int group) const { return groups_[group].shard_dims; }
   void grad_ready(int p, int producer);
 
   // What the rank stores on the device and its optimizer steps: each group's parameter shards
@@ -69,10 +76,13 @@ class FullyShard2 {
     bool unsharded = false;
     bool pre_backward_done = false;
     bool post_backward_done = false;
-    bool grads_pending = false;  // some parameter has a gradient not yet reduced
+    bool grads_pending = false;     // some parameter has a gradient not yet reduced
+    bool copy_out_pending = false;  // unsharded, but its unsharded parameters are not written yet
     int all_gather_op = -1;
     std::int64_t unsharded_grad_bytes = 0;  // accumulated without reduction (no sync)
     DType param_dtype() const { return config.param_dtype.value_or(orig_dtype); }
+    // MixedPrecisionPolicy casts the shards to param_dtype before gathering them.
+    bool casts_params() const { return param_dtype() != orig_dtype; }
     // MixedPrecisionPolicy without reduce_dtype: see TorchVersion::fsdp2_grads_in_param_dtype.
     DType reduce_dtype(const TorchVersion& version) const {
       return config.reduce_dtype.value_or(version.fsdp2_grads_in_param_dtype() ? param_dtype() : orig_dtype);
@@ -87,6 +97,21 @@ class FullyShard2 {
   bool reshard_after_forward(const Group& group) const;
   bool gathers(const Group& group) const;
   void unshard(int g, Phase phase, const char* why);
+  void wait_for_unshard(int g, Phase phase);
+  // One of FSDP2's own copy kernels on the compute stream (role fsdp2_copy).
+  int copy_kernel(int g, const char* what, Phase phase, const char* op_class, std::int64_t bytes,
+                  std::vector<int> deps = {});
+  // _get_gradient_divide_factors: what foreach_reduce divides by in kernels of its own, before
+  // and after the reduction (1: nothing).
+  struct DivideFactors {
+    int pre = 1;
+    double post = 1;
+  };
+  DivideFactors divide_factors(const Group& group, DType reduce) const;
+  // The kernels after the reduction: the post-divide and the cast of the reduced shard to the
+  // parameters' dtype, on the stream the reduction ended on ("": the compute stream), after op
+  // `after`. Returns the last op.
+  int post_reduce(int g, std::int64_t shard, DType reduce, bool postdivide, const std::string& stream, int after);
   void reshard(int g);
   void pre_backward(int g, int post_forward_index);
   void post_backward(int g);

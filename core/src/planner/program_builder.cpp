@@ -82,6 +82,25 @@ int ProgramBuilder::compute(const std::string& name, int module, Phase phase, co
   return last_compute;
 }
 
+int ProgramBuilder::side_compute(const std::string& stream, const std::string& name, int module, Phase phase,
+                                 const std::string& op_class, std::int64_t bytes, std::vector<int> deps, OpRole role) {
+  ProgramOp op;
+  op.iteration = context_.iteration;
+  op.type = OpType::compute;
+  op.name = name;
+  op.module = context_.model.modules[module].fqn;
+  op.phase = phase;
+  op.stream = result.program.stream_id(stream);
+  op.op_class = op_class;
+  op.dtype = compute_dtypes[module];
+  op.bytes_accessed = bytes;
+  op.role = role;
+  sort_unique(deps);
+  std::erase(deps, -1);
+  op.deps = std::move(deps);
+  return result.program.add(std::move(op)).id;
+}
+
 int ProgramBuilder::collective(CollectiveSpec spec) {
   if (spec.input_bytes < 0) spec.input_bytes = spec.bytes;
   if (spec.output_bytes < 0) spec.output_bytes = spec.bytes;

@@ -70,6 +70,10 @@ class ProgramBuilder {
   void begin_iteration(int index, bool sync);
   int compute(const std::string& name, int module, Phase phase, const std::string& op_class, double flops,
               std::int64_t bytes, std::vector<int> deps, OpRole role, std::vector<std::string> params = {});
+  // A kernel on another stream than the compute stream (FSDP2's casts after a reduce-scatter run on
+  // its stream): it neither takes the pending waits nor becomes last_compute. Memory-bound: bytes only.
+  int side_compute(const std::string& stream, const std::string& name, int module, Phase phase,
+                   const std::string& op_class, std::int64_t bytes, std::vector<int> deps, OpRole role);
   // The matrix multiplies compute op `op` runs (ProgramOp::gemms).
   void set_gemms(int op, std::vector<GemmShape> gemms) { result.program.ops[op].gemms = std::move(gemms); }
   int collective(CollectiveSpec spec);

@@ -511,25 +511,161 @@ void Walk::optimizer_step() {
     bytes += cost.bytes(shard.numel, dtype_size(shard.dtype));
   }
   // A Partial gradient (a SequenceParallel norm's) stays so in .grad: the optimizer's first op on
-  // it redistributes it to the parameter's Replicate, in parameter order.
-  // It waits for the gradient's other reductions (DDP's bucket all-reduce of the same tensor).
+  // it redistributes it to the parameter's Replicate, in parameter order. It waits for the
+  // gradient's other reductions (DDP's bucket all-reduce of the same tensor). clip_grad_norm_'s
+  // _foreach_norm redistributes them too, into temporaries: the step all-reduces them again
+  // (recorded with 2.15).
   const std::vector<int> reduced = builder_.iteration_grad_ops;
-  for (std::size_t p = 0; p < context_.params.size(); ++p) {
-    const ParamState& state = context_.params[p];
-    if (state.partial_grad_dims.empty() || sharded(static_cast<int>(p)) || !context_.model.params[p].requires_grad)
-      continue;
-    const int id = all_reduce_partial_param_grad(
-        context_, builder_, static_cast<int>(p), context_.param_bytes(static_cast<int>(p)),
-        context_.model.params[p].dtype, builder_.last_compute, Phase::optimizer);
-    builder_.result.program.ops[id].deps.insert(builder_.result.program.ops[id].deps.end(), reduced.begin(),
-                                                reduced.end());
-    builder_.iteration_grad_ops.push_back(id);
+  const auto reduce_partial_grads = [&]() {
+    for (std::size_t p = 0; p < context_.params.size(); ++p) {
+      const ParamState& state = context_.params[p];
+      if (state.partial_grad_dims.empty() || sharded(static_cast<int>(p)) || !context_.model.params[p].requires_grad)
+        continue;
+      const int id = all_reduce_partial_param_grad(
+          context_, builder_, static_cast<int>(p), context_.param_bytes(static_cast<int>(p)),
+          context_.model.params[p].dtype, builder_.last_compute, Phase::optimizer);
+      builder_.result.program.ops[id].deps.insert(builder_.result.program.ops[id].deps.end(), reduced.begin(),
+                                                  reduced.end());
+      builder_.iteration_grad_ops.push_back(id);
+    }
+  };
+  reduce_partial_grads();
+  if (context_.plan.optimizer.max_norm > 0) {
+    clip_grad_norm();
+    reduce_partial_grads();
   }
   builder_.last_optimizer_op =
       builder_.compute("optimizer.step", 0, Phase::optimizer, "optimizer", cost.flops_per_element * elements, bytes,
                        builder_.iteration_grad_ops, OpRole::optimizer);
   // zero_grad(set_to_none=True)
   builder_.add_memory(-builder_.memory.gradient_bytes(), MemoryTracker::Kind::gradient);
+}
+
+namespace {
+
+// PyTorch's repr of a DeviceMesh, as its errors print it: DeviceMesh((dp=2, tp=4), 'cuda', stride=(4, 1)).
+std::string mesh_repr(const DeviceMesh& mesh, const std::vector<int>& dims) {
+  std::vector<std::string> sizes, strides;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    sizes.push_back(fmt::format("{}={}", mesh.dim_names()[dims[i]], mesh.shape()[dims[i]]));
+    // A dim of one rank prints no stride: ().
+    std::int64_t stride = 1;
+    for (std::size_t j = dims[i] + 1; j < mesh.shape().size(); ++j) stride *= mesh.shape()[j];
+    strides.push_back(mesh.shape()[dims[i]] == 1 ? "()" : std::to_string(stride));
+  }
+  return fmt::format("DeviceMesh(({}), 'cuda', stride=({}{}))", fmt::join(sizes, ", "), fmt::join(strides, ", "),
+                     dims.size() == 1 ? "," : "");
+}
+
+// torch.stack's result type: the one dtype, or the widest floating point among several.
+DType promoted(const std::vector<DType>& dtypes) {
+  DType result = dtypes.front();
+  for (DType dtype : dtypes)
+    if (dtype != result) result = dtype == DType::float64 || result == DType::float64 ? DType::float64 : DType::float32;
+  return result;
+}
+
+}  // namespace
+
+// torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, foreach=True), as torchtitan calls
+// it before the step (recorded with 2.15): _foreach_norm of every gradient (per dtype group), a
+// stack of the norms and their norm, clip_grads_with_norm_'s _foreach_mul_ of every gradient by
+// min(1, max_norm / (total + 1e-6)). DTensor gradients give norms Partial on each mesh dim the
+// gradient is sharded on; the stack of them is all-reduced there, one all-reduce per such dim of
+// more than one rank, in mesh order, carrying one norm per gradient.
+void Walk::clip_grad_norm() {
+  const Model& model = context_.model;
+  const DeviceMesh& mesh = context_.mesh;
+  const std::string where = "optimizer.max_norm: clip_grad_norm_";
+  struct Grad {
+    DType dtype;
+    bool dtensor = false;
+    std::vector<int> mesh_dims;  // the DTensor's mesh
+  };
+  std::vector<Grad> grads;
+  std::int64_t elements = 0, bytes = 0;
+  std::vector<bool> sharded_dims(mesh.shape().size(), false);
+  for (std::size_t i = 0; i < model.params.size(); ++i) {
+    const int p = static_cast<int>(i);
+    const ParamState& state = context_.params[p];
+    if (!model.params[p].requires_grad || !context_.used_in_forward[p]) continue;
+    if (state.fsdp_unit >= 0)
+      throw PlanError(
+          fmt::format("{}: FSDP1 clips its flat parameters with FullyShardedDataParallel.clip_grad_norm_, "
+                      "which stratsim does not model yet (FSDP2, DDP and tensor parallel plans clip "
+                      "with torch.nn.utils.clip_grad_norm_)",
+                      where));
+    Grad grad{model.params[p].dtype, state.fsdp2_group >= 0 || state.dtensor, {}};
+    const std::int64_t numel = state.fsdp2_group >= 0 ? fsdp2_.shard_numel(p) : state.local_numel;
+    elements += numel;
+    bytes += numel * dtype_size(grad.dtype);
+    if (state.dtensor) {
+      grad.mesh_dims = state.tp_dims;
+      if (state.placement.is_shard())
+        for (int d : state.tp_dims) sharded_dims[d] = true;
+    }
+    if (state.fsdp2_group >= 0) {
+      for (int d : fsdp2_.mesh_dims(state.fsdp2_group)) grad.mesh_dims.push_back(d);
+      for (int d : fsdp2_.shard_dims(state.fsdp2_group)) sharded_dims[d] = true;
+    }
+    std::sort(grad.mesh_dims.begin(), grad.mesh_dims.end());
+    grad.mesh_dims.erase(std::unique(grad.mesh_dims.begin(), grad.mesh_dims.end()), grad.mesh_dims.end());
+    grads.push_back(std::move(grad));
+  }
+  if (grads.empty()) return;
+  // _foreach_norm runs per dtype group, groups in order of first appearance; the norms are
+  // stacked in that order.
+  std::vector<DType> group_order;
+  for (const Grad& grad : grads)
+    if (std::find(group_order.begin(), group_order.end(), grad.dtype) == group_order.end())
+      group_order.push_back(grad.dtype);
+  std::stable_sort(grads.begin(), grads.end(), [&](const Grad& a, const Grad& b) {
+    return std::find(group_order.begin(), group_order.end(), a.dtype) <
+           std::find(group_order.begin(), group_order.end(), b.dtype);
+  });
+  const auto mixed = [&](const char* op) {
+    return PlanError(
+        fmt::format("{}: {} got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to "
+                    "DTensor before calling distributed operators!",
+                    where, op));
+  };
+  for (DType dtype : group_order) {
+    bool plain = false, dtensor = false;
+    for (const Grad& grad : grads)
+      if (grad.dtype == dtype) (grad.dtensor ? dtensor : plain) = true;
+    if (plain && dtensor) throw mixed("aten._foreach_norm.Scalar");
+  }
+  // The stack names the first operand on another mesh, then the first operand's.
+  for (const Grad& grad : grads) {
+    if (grad.dtensor != grads.front().dtensor) throw mixed("aten.stack.default");
+    if (grad.mesh_dims != grads.front().mesh_dims)
+      throw PlanError(fmt::format("{}: All operands in aten.stack.default must have the same mesh, but got {} and {}.",
+                                  where, mesh_repr(mesh, grad.mesh_dims), mesh_repr(mesh, grads.front().mesh_dims)));
+  }
+  const int norms =
+      builder_.compute("clip_grad_norm.norm", 0, Phase::optimizer, "optimizer", 2.0 * static_cast<double>(elements),
+                       bytes, builder_.iteration_grad_ops, OpRole::clip_grad_norm);
+  int last = norms;
+  std::vector<DType> dtypes;
+  for (const Grad& grad : grads) dtypes.push_back(grad.dtype);
+  const DType norm_dtype = promoted(dtypes);
+  const std::int64_t norm_bytes = static_cast<std::int64_t>(grads.size()) * dtype_size(norm_dtype);
+  for (std::size_t d = 0; d < sharded_dims.size(); ++d) {
+    if (!sharded_dims[d] || mesh.shape()[d] == 1) continue;
+    last = builder_.collective({.kind = CollectiveKind::all_reduce,
+                                .key = "c10d_functional.all_reduce",
+                                .dims = {static_cast<int>(d)},
+                                .bytes = norm_bytes,
+                                .dtype = norm_dtype,
+                                .stream = "clip_grad_norm",
+                                .phase = Phase::optimizer,
+                                .module = 0,
+                                .reason = fmt::format("clip_grad_norm_ ({} gradient norms)", grads.size()),
+                                .deps = {last},
+                                .role = OpRole::clip_grad_norm});
+  }
+  builder_.compute("clip_grad_norm.scale", 0, Phase::optimizer, "optimizer", static_cast<double>(elements), 2 * bytes,
+                   {last}, OpRole::clip_grad_norm);
 }
 
 void Walk::run_iteration() {

@@ -47,6 +47,7 @@ class Walk {
   int gather_op(int p) const;  // the FSDP all-gather compute reading p waits for, -1 if none
   bool sharded(int p) const { return context_.params[p].fsdp_unit >= 0 || context_.params[p].fsdp2_group >= 0; }
   void optimizer_step();
+  void clip_grad_norm();
   void report_params();
 
   PlanContext context_;

@@ -167,6 +167,10 @@ struct OptimizerConfig {
   // 16-bit parameters get a float32 master copy the step updates (and float32 states), as
   // mixed-precision training without FSDP's param_dtype keeps them.
   bool master_weights = false;
+  // > 0: torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm, foreach=True) before each
+  // step, as torchtitan does (training.max_norm): the per-gradient norms, their all-reduce over
+  // the mesh dims DTensor gradients are sharded on, and the scaling of every gradient.
+  double max_norm = 0;
 };
 
 struct Plan {

@@ -52,6 +52,10 @@ enum class OpRole {
   fsdp_unshard,         // all-gather of the flat parameter's shards
   fsdp_reduce_grad,     // reduce-scatter (sharded) or all-reduce (NO_SHARD) of the flat gradient
   fsdp_replicate_grad,  // HSDP: all-reduce of the sharded gradient over the replicate group
+  // FSDP2's own kernels around its collectives (copy-in and casts before an all-gather, copy-out
+  // after it, chunk_cat before a reduce-scatter, the casts after it): data movement only, which a
+  // consumer that gathers and reduces real values does as part of those collectives.
+  fsdp2_copy,
   // Tensor parallelism: DTensor redistributions `from` -> `to` of the module's activations
   tp_input,        // the module's input, forward
   tp_output,       // the module's output, forward
@@ -59,6 +63,9 @@ enum class OpRole {
   tp_grad_output,  // the gradient of the module's output, backward
   tp_param_grad,   // a Partial gradient of the replicated parameter params[0], summed
   tp_distribute,   // distribute_tensor of params[0] from the group's first rank (scatter or broadcast)
+  // clip_grad_norm_ before the step: the per-gradient norms (compute), their all-reduce over a mesh
+  // dim the DTensor gradients are sharded on (collective), the scaling of every gradient (compute).
+  clip_grad_norm,
 };
 std::string_view op_role_name(OpRole role);
 
@@ -79,7 +86,7 @@ struct ProgramOp {
   std::vector<int> deps;  // ids of ops on other streams that must finish first
 
   // compute
-  std::string op_class;  // gemm, elementwise, norm, embedding, attention, optimizer
+  std::string op_class;  // gemm, elementwise, norm, embedding, attention, optimizer, multi_tensor_copy
   double flops = 0;
   std::int64_t bytes_accessed = 0;
   // The matrix multiplies a gemm op runs, as cuBLAS sees them: C[m,n] = A[m,k] B[k,n]. A linear
