@@ -461,6 +461,7 @@ cost_model:
       norm: {{flops: 1, memory: 1}}
       embedding: {{flops: 1, memory: 1}}
       optimizer: {{flops: 1, memory: 1}}
+      multi_tensor_copy: {{flops: 1, memory: 1}}
       other: {{flops: 1, memory: 1}}
     gemm:
       float32:

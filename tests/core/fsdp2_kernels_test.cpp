@@ -49,8 +49,9 @@ bool waits_for(const ProgramOp& op, int id) { return std::find(op.deps.begin(), 
 
 // Over 2 ranks each Linear holds 55 of its 110 elements. Copy-in: the float32 shard cast to
 // bfloat16 (4 + 2 bytes) and copied into the all-gather input (2 + 2); copy-out: the gathered
-// 110 bfloat16 elements split into the parameters (2 + 2); chunk_cat: the gradients (float32 from
-// 2.15, bfloat16 before) into the float32 reduce-scatter input.
+// 110 bfloat16 elements split into the parameters (2 + 2); chunk_cat: the bfloat16 gradients into
+// the float32 reduce-scatter input (2 + 4; 2.15 upcasts there, or earlier when gradients
+// accumulate over micro-steps: 4 + 4).
 TEST(Fsdp2Kernels, CopyInCopyOutAndChunkCatAroundEachCollective) {
   const PlanResult r = fsdp2(2, "2.15", kBf16);
   EXPECT_EQ(kernels(r, "fsdp2."),
@@ -60,8 +61,8 @@ TEST(Fsdp2Kernels, CopyInCopyOutAndChunkCatAroundEachCollective) {
                 "fsdp2.all_gather_copy_in 0 550 elementwise", "fsdp2.all_gather_copy_out 0 440 multi_tensor_copy",
                 "fsdp2.all_gather_copy_in 0 550 elementwise",  // unit 0's pre-backward re-gather
                 "fsdp2.all_gather_copy_out 0 440 multi_tensor_copy",
-                "fsdp2.reduce_scatter_copy_in Sequential 880 multi_tensor_copy",  // the final callback, pre-order
-                "fsdp2.reduce_scatter_copy_in 0 880 multi_tensor_copy"}));
+                "fsdp2.reduce_scatter_copy_in Sequential 660 multi_tensor_copy",  // the final callback, pre-order
+                "fsdp2.reduce_scatter_copy_in 0 660 multi_tensor_copy"}));
   for (const ProgramOp& op : r.program.ops) {
     if (op.type != OpType::compute || op.role != OpRole::fsdp2_copy) continue;
     EXPECT_EQ(r.program.streams[op.stream], "compute") << op.name;
@@ -89,9 +90,19 @@ TEST(Fsdp2Kernels, CopyInCopyOutAndChunkCatAroundEachCollective) {
       EXPECT_EQ(op.deps, std::vector<int>{before.id}) << op.name;
     }
   }
-  // 2.14 writes the gradients in param_dtype: chunk_cat reads bfloat16.
-  EXPECT_EQ(kernels(fsdp2(2, "2.14", kBf16), "fsdp2.reduce_scatter_copy_in 0"),
-            std::vector<std::string>{"fsdp2.reduce_scatter_copy_in 0 660 multi_tensor_copy"});
+  // Gradients accumulated over a micro-step without sync are float32 by the reduction on 2.15
+  // (_set_unsharded_grad_dtypes), bfloat16 on 2.14.
+  const auto accumulated = [&](const std::string& version) {
+    return kernels(run_plan(seq_model(), "{\"world_size\":2,\"torch_version\":\"" + version +
+                                             "\",\"iterations\":2,\"gradient_accumulation_steps\":2,\"steps\":["
+                                             "{\"torch.distributed.fsdp.fully_shard\":{\"module\":\"\",\"mp_policy\":" +
+                                             kBf16 + "}}]}"),
+                   "fsdp2.reduce_scatter_copy_in");
+  };
+  EXPECT_EQ(accumulated("2.15"),
+            std::vector<std::string>{"fsdp2.reduce_scatter_copy_in Sequential 1760 multi_tensor_copy"});
+  EXPECT_EQ(accumulated("2.14"),
+            std::vector<std::string>{"fsdp2.reduce_scatter_copy_in Sequential 1320 multi_tensor_copy"});
   // Without a cast the copy-in is the one copy into the all-gather input, in float32.
   EXPECT_EQ(kernels(fsdp2(2, "2.15", ""), "fsdp2.all_gather_copy_in 0").front(),
             "fsdp2.all_gather_copy_in 0 440 elementwise");
@@ -115,7 +126,7 @@ TEST(Fsdp2Kernels, OneRankGroupsCopyInsteadOfCollectives) {
 
 // A reduce_dtype other than the parameters' dtype casts the reduced shard back, on the stream the
 // reduction ran on, and the optimizer waits for the cast. float16 over 4 ranks divides by 2
-// before the reduce-scatter and by 2 after it, in kernels of its own.
+// before the reduce-scatter and by 2 after it, in kernels of its own; NCCL divides bfloat16 itself.
 TEST(Fsdp2Kernels, CastsAndDividesAfterTheReductionRunOnItsStream) {
   const PlanResult bf16 = fsdp2(2, "2.14", R"({"param_dtype":"bfloat16"})");
   const ProgramOp& cast = named(bf16, "fsdp2.cast_grads 0");
@@ -133,6 +144,7 @@ TEST(Fsdp2Kernels, CastsAndDividesAfterTheReductionRunOnItsStream) {
   // Linear(10,10) over 4 ranks: 3 + 3 padded rows of 10 and 3 bias elements per rank; 132 in all.
   EXPECT_EQ(on_stream, (std::vector<std::string>{"fsdp2.predivide 0 528", "fsdp2 group 0 (post-backward)",
                                                  "fsdp2.postdivide 0 132", "fsdp2.cast_grads 0 198"}));
+  EXPECT_TRUE(kernels(fsdp2(4, "2.15", R"({"param_dtype":"bfloat16","reduce_dtype":"bfloat16"})"), "fsdp2.p").empty());
 }
 
 // clip_grad_norm_ on FSDP2's gradients: their norms (one read of every shard), one all-reduce of
@@ -197,6 +209,25 @@ TEST(ClipGradNorm, FailsWherePyTorchFailsOrStratsimDoesNotModel) {
             }),
             "optimizer.max_norm: clip_grad_norm_: aten._foreach_norm.Scalar got mixed torch.Tensor and DTensor, need "
             "to convert all torch.Tensor to DTensor before calling distributed operators!");
+  // A plain gradient of another dtype passes the norms (its norm is a scalar, taken for replicated)
+  // and fails the scaling by the DTensor clip coefficient.
+  EXPECT_EQ(plan_error([] {
+              run_plan(model_from_json(nlohmann::json::parse(R"({"name": "M", "modules": [
+                  {"name": "0", "type": "Linear", "in_features": 10, "out_features": 10},
+                  {"name": "1", "type": "Linear", "in_features": 10, "out_features": 10, "dtype": "bfloat16"}]})")),
+                       R"({"world_size":2,"iterations":1,"optimizer":{"max_norm":1},
+                  "steps":[{"torch.distributed.fsdp.fully_shard":{"module":"0"}}]})");
+            }),
+            "optimizer.max_norm: clip_grad_norm_: aten._foreach_mul_.Tensor got mixed torch.Tensor and DTensor, need "
+            "to convert all torch.Tensor to DTensor before calling distributed operators!");
+  // A plain gradient of one element passes for a replicated scalar: PyTorch clips.
+  const PlanResult scalar = run_plan(model_from_json(nlohmann::json::parse(R"({"name": "M", "modules": [
+      {"name": "0", "type": "Linear", "in_features": 10, "out_features": 1},
+      {"name": "1", "type": "Linear", "in_features": 1, "out_features": 1, "bias": false}]})")),
+                                     R"({"world_size":2,"iterations":1,"optimizer":{"max_norm":1},
+      "steps":[{"torch.distributed.fsdp.fully_shard":{"module":"0"}}]})");
+  EXPECT_EQ(iteration(scalar, 1).collectives.back().op, "c10d_functional.all_reduce");
+  EXPECT_EQ(iteration(scalar, 1).collectives.back().bytes, 3 * 4);
   // Tensor parallel on Linear 0 only: its gradients live on (dp, tp), the other's on (dp).
   EXPECT_EQ(plan_error([] {
               run_plan(seq_model(), R"({"world_size":4,"mesh":{"shape":[2,2],"dim_names":["dp","tp"]},

@@ -73,9 +73,22 @@ TEST_P(Fsdp2Golden, EveryCollectiveInOrder) {
 
 // Where PyTorch refused to clip the case's gradients (tools/golden/clipping.py), the planner refuses
 // the same plan with max_norm in PyTorch's words (its meshes print on the "cpu" the recording ran on).
-TEST_P(Fsdp2Golden, ClipGradNormFailsWherePyTorchFailed) {
+class ClipRefusalGolden : public testing::TestWithParam<GoldenCase> {};
+
+namespace {
+
+std::vector<GoldenCase> refused_clips() {
+  std::vector<GoldenCase> refused;
+  for (const char* file : {"fsdp2.json", "fsdp2_tp.json", "tp_sp.json"})
+    for (GoldenCase& c : load_cases(file))
+      if (c.doc.contains("clip_error")) refused.push_back(std::move(c));
+  return refused;
+}
+
+}  // namespace
+
+TEST_P(ClipRefusalGolden, FailsWherePyTorchFailed) {
   const nlohmann::json& c = GetParam().doc;
-  if (!c.contains("clip_error")) GTEST_SKIP() << "PyTorch clipped this case, or was not asked to";
   nlohmann::json plan_doc = c.at("plan");
   plan_doc["optimizer"] = {{"max_norm", 1.0}};
   const Model model = model_from_json(c.at("model"), GetParam().name + ".model");
@@ -93,6 +106,8 @@ INSTANTIATE_TEST_SUITE_P(RecordedWithTensorParallel, Fsdp2Golden, testing::Value
 INSTANTIATE_TEST_SUITE_P(RecordedFsdp1, Fsdp2Golden, testing::ValuesIn(load_cases("fsdp1.json")),
                          [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(RecordedWithSequenceParallel, Fsdp2Golden, testing::ValuesIn(load_cases("tp_sp.json")),
+                         [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Recorded, ClipRefusalGolden, testing::ValuesIn(refused_clips()),
                          [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
 
 // The recording is what the README says it is: enough cases, from a current PyTorch, and covering

@@ -1,6 +1,7 @@
 #include "fsdp2.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -135,14 +136,19 @@ void FullyShard2::begin_iteration() {
   for (Group& group : groups_) {
     group.pre_backward_done = false;
     group.post_backward_done = false;
+    group.accumulated = group.grads_pending;
   }
 }
 
 int FullyShard2::copy_kernel(int g, const char* what, Phase phase, const char* op_class, std::int64_t bytes,
                              std::vector<int> deps) {
   const Group& group = groups_[g];
-  return builder_.compute(fmt::format("fsdp2.{} {}", what, context_.label(group.module)), group.module, phase, op_class,
-                          0, bytes, std::move(deps), OpRole::fsdp2_copy);
+  // The waits pending for the model's next op (DTensor results) are not FSDP2's: they stay for it.
+  std::vector<int> pending = std::exchange(builder_.pending_deps, {});
+  const int id = builder_.compute(fmt::format("fsdp2.{} {}", what, context_.label(group.module)), group.module, phase,
+                                  op_class, 0, bytes, std::move(deps), OpRole::fsdp2_copy);
+  builder_.pending_deps = std::move(pending);
+  return id;
 }
 
 // FSDP2's kernels around a gather, with bytes read plus written (measured on an H100 with
@@ -300,8 +306,9 @@ void FullyShard2::post_backward(int g) {
   // foreach_reduce_scatter_copy_in: one chunk_cat of the unsharded gradients into the
   // reduce-scatter input, cast to reduce_dtype, on the compute stream.
   const std::int64_t unsharded = shard * group.world;
+  const DType read = group.chunk_cat_dtype(context_.plan.torch_version);
   int id = copy_kernel(g, "reduce_scatter_copy_in", Phase::backward, "multi_tensor_copy",
-                       unsharded * (dtype_size(grad_dtype) + d), partial_reductions);
+                       unsharded * (dtype_size(read) + d), partial_reductions);
   const DivideFactors divide = divide_factors(group, reduce);
   if (divide.pre > 1)
     id = builder_.side_compute("fsdp.reduce_scatter", fmt::format("fsdp2.predivide {}", label), group.module,
@@ -351,13 +358,13 @@ void FullyShard2::post_backward(int g) {
   group.unsharded_grad_bytes = 0;
 }
 
-// NCCL divides float32 and bfloat16 sums itself (ReduceOp.AVG). A float16 reduction over N > 1
-// data-parallel ranks risks overflow: it divides by the largest power of two p with p*p < N
-// dividing N before the reduce-scatter, and by N / p after it.
+// NCCL divides float32 and bfloat16 sums itself (ReduceOp.AVG). Any other reduce dtype (float16,
+// float64) over N > 1 data-parallel ranks divides in kernels of its own, against overflow: by
+// the largest power of two p with p*p < N dividing N before the reduce-scatter, by N / p after.
 FullyShard2::DivideFactors FullyShard2::divide_factors(const Group& group, DType reduce) const {
   DivideFactors factors;
   const int ranks = group.world * (group.replicate_dims.empty() ? 1 : context_.mesh.group_size(group.replicate_dims));
-  if (reduce != DType::float16 || ranks == 1) return factors;
+  if (reduce == DType::float32 || reduce == DType::bfloat16 || ranks == 1) return factors;
   while (ranks % factors.pre == 0 && ranks / factors.pre > factors.pre) factors.pre *= 2;
   factors.post = static_cast<double>(ranks) / factors.pre;
   return factors;

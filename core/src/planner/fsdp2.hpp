@@ -78,6 +78,7 @@ class FullyShard2 {
     bool post_backward_done = false;
     bool grads_pending = false;     // some parameter has a gradient not yet reduced
     bool copy_out_pending = false;  // unsharded, but its unsharded parameters are not written yet
+    bool accumulated = false;       // an earlier micro-step left unsharded gradients (no sync)
     int all_gather_op = -1;
     std::int64_t unsharded_grad_bytes = 0;  // accumulated without reduction (no sync)
     DType param_dtype() const { return config.param_dtype.value_or(orig_dtype); }
@@ -91,6 +92,11 @@ class FullyShard2 {
     // The dtype autograd writes the unsharded gradients in (before the cast to reduce_dtype).
     DType grad_dtype(const TorchVersion& version) const {
       return version.fsdp2_grads_in_param_dtype() ? param_dtype() : orig_dtype;
+    }
+    // The dtype chunk_cat reads them in: 2.15 defers the upcast to the parameters' dtype
+    // (_set_unsharded_grad_dtypes(defer_upcast=True)) unless they accumulated over a micro-step.
+    DType chunk_cat_dtype(const TorchVersion& version) const {
+      return version.fsdp2_grads_in_param_dtype() || !accumulated ? param_dtype() : orig_dtype;
     }
   };
 

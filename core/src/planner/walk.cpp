@@ -580,7 +580,10 @@ void Walk::clip_grad_norm() {
   struct Grad {
     DType dtype;
     bool dtensor = false;
+    std::int64_t numel = 0;      // the local tensor's
     std::vector<int> mesh_dims;  // the DTensor's mesh
+    // DTensor's dispatch takes a plain tensor of one element for a replicated scalar.
+    bool mixes() const { return !dtensor && numel != 1; }
   };
   std::vector<Grad> grads;
   std::int64_t elements = 0, bytes = 0;
@@ -595,10 +598,10 @@ void Walk::clip_grad_norm() {
                       "which stratsim does not model yet (FSDP2, DDP and tensor parallel plans clip "
                       "with torch.nn.utils.clip_grad_norm_)",
                       where));
-    Grad grad{model.params[p].dtype, state.fsdp2_group >= 0 || state.dtensor, {}};
-    const std::int64_t numel = state.fsdp2_group >= 0 ? fsdp2_.shard_numel(p) : state.local_numel;
-    elements += numel;
-    bytes += numel * dtype_size(grad.dtype);
+    Grad grad{model.params[p].dtype, state.fsdp2_group >= 0 || state.dtensor,
+              state.fsdp2_group >= 0 ? fsdp2_.shard_numel(p) : state.local_numel, {}};
+    elements += grad.numel;
+    bytes += grad.numel * dtype_size(grad.dtype);
     if (state.dtensor) {
       grad.mesh_dims = state.tp_dims;
       if (state.placement.is_shard())
@@ -613,35 +616,31 @@ void Walk::clip_grad_norm() {
     grads.push_back(std::move(grad));
   }
   if (grads.empty()) return;
-  // _foreach_norm runs per dtype group, groups in order of first appearance; the norms are
-  // stacked in that order.
-  std::vector<DType> group_order;
-  for (const Grad& grad : grads)
-    if (std::find(group_order.begin(), group_order.end(), grad.dtype) == group_order.end())
-      group_order.push_back(grad.dtype);
-  std::stable_sort(grads.begin(), grads.end(), [&](const Grad& a, const Grad& b) {
-    return std::find(group_order.begin(), group_order.end(), a.dtype) <
-           std::find(group_order.begin(), group_order.end(), b.dtype);
-  });
+  // Where PyTorch fails, in its order. _foreach_norm runs per dtype group: one holding DTensors and
+  // a plain gradient fails there. The norms are scalars (a plain one passes for replicated), so
+  // the stack fails only on DTensors of different meshes; PyTorch stacks the dtype groups in its
+  // own (hash) order, which the planner does not reproduce: with several dtypes the message may
+  // name the two meshes the other way round. _foreach_mul_ by the DTensor clip coefficient then
+  // fails on any plain gradient left.
   const auto mixed = [&](const char* op) {
     return PlanError(
         fmt::format("{}: {} got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to "
                     "DTensor before calling distributed operators!",
                     where, op));
   };
-  for (DType dtype : group_order) {
-    bool plain = false, dtensor = false;
-    for (const Grad& grad : grads)
-      if (grad.dtype == dtype) (grad.dtensor ? dtensor : plain) = true;
-    if (plain && dtensor) throw mixed("aten._foreach_norm.Scalar");
-  }
+  const auto in_group_with_dtensors = [&](const Grad& plain) {
+    return std::any_of(grads.begin(), grads.end(), [&](const Grad& g) { return g.dtensor && g.dtype == plain.dtype; });
+  };
+  for (const Grad& grad : grads)
+    if (grad.mixes() && in_group_with_dtensors(grad)) throw mixed("aten._foreach_norm.Scalar");
   // The stack names the first operand on another mesh, then the first operand's.
-  for (const Grad& grad : grads) {
-    if (grad.dtensor != grads.front().dtensor) throw mixed("aten.stack.default");
-    if (grad.mesh_dims != grads.front().mesh_dims)
+  const auto first = std::find_if(grads.begin(), grads.end(), [](const Grad& g) { return g.dtensor; });
+  for (const Grad& grad : grads)
+    if (grad.dtensor && grad.mesh_dims != first->mesh_dims)
       throw PlanError(fmt::format("{}: All operands in aten.stack.default must have the same mesh, but got {} and {}.",
-                                  where, mesh_repr(mesh, grad.mesh_dims), mesh_repr(mesh, grads.front().mesh_dims)));
-  }
+                                  where, mesh_repr(mesh, grad.mesh_dims), mesh_repr(mesh, first->mesh_dims)));
+  if (first != grads.end() && std::any_of(grads.begin(), grads.end(), [](const Grad& g) { return g.mixes(); }))
+    throw mixed("aten._foreach_mul_.Tensor");
   const int norms =
       builder_.compute("clip_grad_norm.norm", 0, Phase::optimizer, "optimizer", 2.0 * static_cast<double>(elements),
                        bytes, builder_.iteration_grad_ops, OpRole::clip_grad_norm);

@@ -32,8 +32,10 @@ struct TorchVersion {
   // (PRs #154704 and #155319, merged June 2025) only when reshard_after_forward is left unset.
   bool fsdp2_root_honours_reshard_after_forward() const { return at_least(2, 8); }
   // FSDP2's gradients without a reduce_dtype: reduced in param_dtype until 2.14; from 2.15 (PR
-  // #197203, merged September 2026) autograd writes them in the parameter's own dtype, which the
-  // reduce-scatter then carries. Recorded with 2.15 (tests/data/golden/fsdp2.json).
+  // #197203, merged September 2026) in the parameter's own dtype, which the reduce-scatter then
+  // carries. Recorded with 2.15 (tests/data/golden/fsdp2.json). 2.15 defers the upcast: autograd
+  // writes param_dtype, chunk_cat casts up, unless gradients accumulate over micro-steps (then
+  // the unsharded gradients are upcast first) or stay Partial over a non-data-parallel dim.
   bool fsdp2_grads_in_param_dtype() const { return !at_least(2, 15); }
   // parallelize_module / distribute_module make each parameter a DTensor with distribute_tensor,
   // which scatters (Shard) or broadcasts (Replicate) it from the group's first rank: c10d.scatter_
