@@ -598,8 +598,10 @@ void Walk::clip_grad_norm() {
                       "which stratsim does not model yet (FSDP2, DDP and tensor parallel plans clip "
                       "with torch.nn.utils.clip_grad_norm_)",
                       where));
-    Grad grad{model.params[p].dtype, state.fsdp2_group >= 0 || state.dtensor,
-              state.fsdp2_group >= 0 ? fsdp2_.shard_numel(p) : state.local_numel, {}};
+    Grad grad{model.params[p].dtype,
+              state.fsdp2_group >= 0 || state.dtensor,
+              state.fsdp2_group >= 0 ? fsdp2_.shard_numel(p) : state.local_numel,
+              {}};
     elements += grad.numel;
     bytes += grad.numel * dtype_size(grad.dtype);
     if (state.dtensor) {
