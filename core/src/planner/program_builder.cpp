@@ -56,22 +56,27 @@ void ProgramBuilder::begin_iteration(int index, bool sync) {
   iteration_grad_ops.clear();
 }
 
-int ProgramBuilder::compute(const std::string& name, int module, Phase phase, const std::string& op_class, double flops,
-                            std::int64_t bytes, std::vector<int> deps, OpRole role, std::vector<std::string> params) {
+ProgramOp ProgramBuilder::compute_op(const std::string& name, int module, Phase phase, const std::string& op_class,
+                                     std::int64_t bytes, OpRole role) const {
   ProgramOp op;
   op.iteration = context_.iteration;
   op.type = OpType::compute;
   op.name = name;
   op.module = context_.model.modules[module].fqn;
   op.phase = phase;
-  op.stream = 0;
   op.op_class = op_class;
   op.dtype = compute_dtypes[module];
-  op.flops = flops;
   op.bytes_accessed = bytes;
   op.role = role;
+  return op;
+}
+
+int ProgramBuilder::compute(const std::string& name, int module, Phase phase, const std::string& op_class, double flops,
+                            std::int64_t bytes, std::vector<int> deps, OpRole role, std::vector<std::string> params) {
+  ProgramOp op = compute_op(name, module, phase, op_class, bytes, role);
+  op.stream = 0;
+  op.flops = flops;
   op.params = std::move(params);
-  sort_unique(deps);
   deps.insert(deps.end(), pending_deps.begin(), pending_deps.end());
   pending_deps.clear();
   sort_unique(deps);
@@ -84,17 +89,8 @@ int ProgramBuilder::compute(const std::string& name, int module, Phase phase, co
 
 int ProgramBuilder::side_compute(const std::string& stream, const std::string& name, int module, Phase phase,
                                  const std::string& op_class, std::int64_t bytes, std::vector<int> deps, OpRole role) {
-  ProgramOp op;
-  op.iteration = context_.iteration;
-  op.type = OpType::compute;
-  op.name = name;
-  op.module = context_.model.modules[module].fqn;
-  op.phase = phase;
+  ProgramOp op = compute_op(name, module, phase, op_class, bytes, role);
   op.stream = result.program.stream_id(stream);
-  op.op_class = op_class;
-  op.dtype = compute_dtypes[module];
-  op.bytes_accessed = bytes;
-  op.role = role;
   sort_unique(deps);
   std::erase(deps, -1);
   op.deps = std::move(deps);

@@ -92,6 +92,10 @@ class ProgramBuilder {
   }
 
  private:
+  // A compute op of this iteration without stream, FLOPs or dependencies.
+  ProgramOp compute_op(const std::string& name, int module, Phase phase, const std::string& op_class,
+                       std::int64_t bytes, OpRole role) const;
+
   PlanContext& context_;
 };
 
