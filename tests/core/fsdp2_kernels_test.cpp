@@ -173,14 +173,15 @@ TEST(ClipGradNorm, NormsAllReduceOverTheShardDimThenScale) {
       EXPECT_TRUE(waits_for(norm, op.id)) << op.name;
     }
   // A shard dim of one rank reduces nothing.
-  for (const CollectiveRecord& c : iteration(fsdp2(1, "2.15", "", R"({"max_norm":1.0})"), 2).collectives)
-    EXPECT_NE(c.op, "c10d_functional.all_reduce");
+  const PlanResult one_rank = fsdp2(1, "2.15", "", R"({"max_norm":1.0})");
+  for (const CollectiveRecord& c : iteration(one_rank, 2).collectives) EXPECT_NE(c.op, "c10d_functional.all_reduce");
 }
 
 TEST(ClipGradNorm, OneAllReducePerShardedMeshDimInMeshOrder) {
   auto clip_groups = [](const std::string& plan) {
     std::vector<std::string> groups;
-    for (const CollectiveRecord& c : iteration(run_plan(seq_model(), plan), 1).collectives)
+    const PlanResult r = run_plan(seq_model(), plan);  // named: the loop reads into it
+    for (const CollectiveRecord& c : iteration(r, 1).collectives)
       if (c.phase == Phase::optimizer) groups.push_back(c.group + " " + std::to_string(c.bytes));
     return groups;
   };
