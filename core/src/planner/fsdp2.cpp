@@ -178,10 +178,7 @@ void FullyShard2::unshard(int g, Phase phase, const char* why) {
   }
   std::vector<std::string> names;
   for (int p : group.params) names.push_back(context_.model.params[p].fqn);
-  const std::int64_t cast_bytes =
-      group.casts_params() ? group.shard_numel * (dtype_size(group.orig_dtype) + d) : std::int64_t{0};
-  const int copy_in =
-      copy_kernel(g, "all_gather_copy_in", phase, "elementwise", cast_bytes + group.shard_numel * 2 * d);
+  const int copy_in = copy_kernel(g, "all_gather_copy_in", phase, "elementwise", group.copy_in_bytes());
   // The shards it gathers are the ones the last optimizer step wrote.
   std::vector<int> deps = {copy_in};
   if (builder_.last_optimizer_op >= 0) deps.push_back(builder_.last_optimizer_op);
@@ -212,9 +209,7 @@ void FullyShard2::wait_for_unshard(int g, Phase phase) {
                 {group.all_gather_op});
     return;
   }
-  const std::int64_t cast_bytes =
-      group.casts_params() ? group.shard_numel * (dtype_size(group.orig_dtype) + d) : std::int64_t{0};
-  copy_kernel(g, "copy_shards", phase, "elementwise", cast_bytes + group.shard_numel * 2 * d);
+  copy_kernel(g, "copy_shards", phase, "elementwise", group.copy_in_bytes());
 }
 
 void FullyShard2::reshard(int g) {

@@ -84,6 +84,12 @@ class FullyShard2 {
     DType param_dtype() const { return config.param_dtype.value_or(orig_dtype); }
     // MixedPrecisionPolicy casts the shards to param_dtype before gathering them.
     bool casts_params() const { return param_dtype() != orig_dtype; }
+    // Bytes read plus written to make the all-gather input (or, on one rank, the unsharded
+    // parameters): the cast of each shard to param_dtype, if any, then a copy in param_dtype.
+    std::int64_t copy_in_bytes() const {
+      const std::int64_t d = dtype_size(param_dtype());
+      return (casts_params() ? shard_numel * (dtype_size(orig_dtype) + d) : 0) + shard_numel * 2 * d;
+    }
     // MixedPrecisionPolicy without reduce_dtype: see TorchVersion::fsdp2_grads_in_param_dtype.
     DType reduce_dtype(const TorchVersion& version) const {
       return config.reduce_dtype.value_or(version.fsdp2_grads_in_param_dtype() ? param_dtype() : orig_dtype);
