@@ -61,7 +61,7 @@ inline RunResult full_mode_run(const Program& program, int recorded) {
   }
   for (const ProgramOp& op : program.ops) {
     if (op.type != OpType::collective) continue;
-    const auto groups = program.mesh.all_groups(program.groups[op.group].mesh_dims);
+    const auto groups = program.all_groups(op.group);
     for (std::size_t instance = 0; instance < groups.size(); ++instance) {
       const OpTiming& t = result.timings.front()[op.id];
       result.collectives.push_back({op.id, static_cast<int>(instance), "ring", static_cast<double>(op.bytes),

@@ -72,6 +72,26 @@ int DeviceMesh::group_index(int rank, const std::vector<int>& dims) const {
   return index;
 }
 
+int DeviceMesh::position_in_group(int rank, const std::vector<int>& dims) const {
+  std::vector<int> sorted = dims;
+  std::sort(sorted.begin(), sorted.end());
+  const std::vector<int> coord = coordinate(rank);
+  int position = 0;
+  for (int d : sorted) position = position * shape_[d] + coord[d];
+  return position;
+}
+
+int DeviceMesh::member_of_group(int rank, const std::vector<int>& dims, int position) const {
+  std::vector<int> sorted = dims;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<int> coord = coordinate(rank);
+  for (auto d = sorted.rbegin(); d != sorted.rend(); ++d) {
+    coord[*d] = position % shape_[*d];
+    position /= shape_[*d];
+  }
+  return rank_at(coord);
+}
+
 std::vector<std::vector<int>> DeviceMesh::all_groups(const std::vector<int>& dims) const {
   std::vector<std::vector<int>> groups;
   std::vector<bool> seen(world_size_, false);

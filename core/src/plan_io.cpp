@@ -526,12 +526,16 @@ Plan parse_plan(const JsonReader& doc) {
     } else if (call == "torch.distributed.fsdp.fully_shard" || call == "torch.distributed._composable.fsdp.fully_shard")
       step.body = parse_fully_shard2(body, plan);
     else if (call == "checkpoint") {
-      body.allow_only({"module", "policy"});
+      body.allow_only({"module", "policy", "api"});
       CheckpointStep checkpoint{body.at("module").as_string()};
       const std::string policy = body.get_string("policy", "full");
       if (policy == "selective_op") checkpoint.policy = CheckpointPolicy::selective_op;
       else if (policy != "full")
         body.at("policy").fail(fmt::format("unknown policy \"{}\" (expected full or selective_op)", policy));
+      const std::string api = body.get_string("api", "checkpoint_wrapper");
+      if (api == "composable") checkpoint.api = CheckpointApi::composable;
+      else if (api != "checkpoint_wrapper")
+        body.at("api").fail(fmt::format("unknown api \"{}\" (expected checkpoint_wrapper or composable)", api));
       step.body = std::move(checkpoint);
     } else if (call == "parallelize_module") step.body = parse_parallelize(body, plan);
     else if (call == "distribute_module") step.body = parse_distribute(body, plan);

@@ -1,5 +1,6 @@
 #include "stratsim/core/program.hpp"
 
+#include <algorithm>
 #include <array>
 
 #include <fmt/format.h>
@@ -74,11 +75,45 @@ int Program::stream_id(const std::string& name) {
   return static_cast<int>(streams.size()) - 1;
 }
 
-int Program::group_id(const std::vector<int>& mesh_dims) {
+int Program::group_id(const std::vector<int>& mesh_dims, int block_size) {
+  const int full = mesh.group_size(mesh_dims);
+  if (block_size == full) block_size = 0;  // one run: the whole group
   for (std::size_t i = 0; i < groups.size(); ++i)
-    if (groups[i].mesh_dims == mesh_dims) return static_cast<int>(i);
-  groups.push_back({mesh_dims, mesh.describe_dims(mesh_dims), mesh.group_size(mesh_dims)});
+    if (groups[i].mesh_dims == mesh_dims && groups[i].block_size == block_size) return static_cast<int>(i);
+  std::string name = mesh.describe_dims(mesh_dims);
+  if (block_size > 0) name += fmt::format("({})", block_size);
+  groups.push_back({mesh_dims, std::move(name), block_size > 0 ? block_size : full, block_size});
   return static_cast<int>(groups.size()) - 1;
+}
+
+std::vector<int> Program::group_ranks(int group, int rank) const {
+  const ProgramGroup& g = groups[group];
+  if (g.block_size == 0) return mesh.group_ranks(rank, g.mesh_dims);
+  const int first = mesh.position_in_group(rank, g.mesh_dims) / g.block_size * g.block_size;
+  std::vector<int> members;
+  for (int position = first; position < first + g.block_size; ++position)
+    members.push_back(mesh.member_of_group(rank, g.mesh_dims, position));
+  return members;
+}
+
+int Program::group_index(int group, int rank) const {
+  const ProgramGroup& g = groups[group];
+  const int index = mesh.group_index(rank, g.mesh_dims);
+  if (g.block_size == 0) return index;
+  const int runs = mesh.group_size(g.mesh_dims) / g.block_size;
+  return index * runs + mesh.position_in_group(rank, g.mesh_dims) / g.block_size;
+}
+
+std::vector<std::vector<int>> Program::all_groups(int group) const {
+  const ProgramGroup& g = groups[group];
+  std::vector<std::vector<int>> full = mesh.all_groups(g.mesh_dims);
+  if (g.block_size == 0) return full;
+  std::vector<std::vector<int>> runs;
+  for (const std::vector<int>& members : full)
+    for (std::size_t begin = 0; begin < members.size(); begin += g.block_size)
+      runs.emplace_back(members.begin() + static_cast<std::ptrdiff_t>(begin),
+                        members.begin() + static_cast<std::ptrdiff_t>(begin + g.block_size));
+  return runs;
 }
 
 ProgramOp& Program::add(ProgramOp op) {
@@ -100,7 +135,9 @@ nlohmann::json program_to_json(const Program& program) {
   for (const ProgramGroup& group : program.groups) {
     json dims = json::array();
     for (int d : group.mesh_dims) dims.push_back(program.mesh.dim_names()[d]);
-    groups.push_back({{"name", group.name}, {"mesh_dims", dims}, {"size", group.size}});
+    json entry = {{"name", group.name}, {"mesh_dims", dims}, {"size", group.size}};
+    if (group.block_size > 0) entry["block_size"] = group.block_size;
+    groups.push_back(std::move(entry));
   }
   doc["groups"] = groups;
   json ops = json::array();
@@ -207,13 +244,22 @@ Program program_from_json(const JsonReader& doc) {
   program.streams = doc.get_string_list("streams");
   JsonReader groups = doc.at("groups");
   for (std::size_t i = 0; i < groups.size(); ++i) {
+    const JsonReader group = groups.at(i);
+    group.allow_only({"name", "mesh_dims", "size", "block_size"});
     std::vector<int> dims;
-    for (const std::string& name : groups.at(i).get_string_list("mesh_dims")) {
+    for (const std::string& name : group.get_string_list("mesh_dims")) {
       int d = program.mesh.dim_index(name);
-      if (d < 0) groups.at(i).fail(fmt::format("unknown mesh dimension \"{}\"", name));
+      if (d < 0) group.fail(fmt::format("unknown mesh dimension \"{}\"", name));
+      if (std::find(dims.begin(), dims.end(), d) != dims.end())
+        group.fail(fmt::format("mesh dimension \"{}\" named twice", name));
       dims.push_back(d);
     }
-    program.group_id(dims);
+    const int full = program.mesh.group_size(dims);
+    const std::int64_t block = group.get_int("block_size", 0);
+    if (block < 0 || block > full || (block > 0 && full % block != 0))
+      group.at("block_size").fail(fmt::format("expected a divisor of the group's {} members", full));
+    if (program.group_id(dims, static_cast<int>(block)) != static_cast<int>(i))
+      group.fail("the same group as an earlier one");
   }
   JsonReader ops = doc.at("ops");
   for (std::size_t i = 0; i < ops.size(); ++i) {

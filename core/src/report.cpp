@@ -100,11 +100,13 @@ std::string text_report(const Model& model, const Plan& plan, const PlanResult& 
         line(fmt::format("  {:<24} no parameters left (no parameter group, no collectives){}",
                          g.module.empty() ? model.name : g.module, g.root ? ", root" : ""));
       else
-        line(fmt::format("  {:<24} group {}{}{}, {}: shard {} of {} elements [{}]",
-                         g.module.empty() ? model.name : g.module, g.group,
-                         g.replicate_group.empty() ? "" : " replicate " + g.replicate_group, g.root ? ", root" : "",
-                         g.reshard_after_forward ? "reshards after forward" : "kept unsharded after forward",
-                         thousands(g.shard_numel), thousands(g.unsharded_numel), param_list(g.params, 4)));
+        line(fmt::format(
+            "  {:<24} group {}{}{}, {}: shard {} of {} elements [{}]", g.module.empty() ? model.name : g.module,
+            g.group, g.replicate_group.empty() ? "" : " replicate " + g.replicate_group, g.root ? ", root" : "",
+            !g.reshard_after_forward   ? "kept unsharded after forward"
+            : g.post_forward_ranks > 0 ? fmt::format("reshards after forward to runs of {} ranks", g.post_forward_ranks)
+                                       : "reshards after forward",
+            thousands(g.shard_numel), thousands(g.unsharded_numel), param_list(g.params, 4)));
   }
   if (!result.setup.empty()) {
     line("");
@@ -224,6 +226,7 @@ nlohmann::json json_report(const Model& model, const Plan& plan, const PlanResul
                      {"replicate_group", g.replicate_group},
                      {"root", g.root},
                      {"reshard_after_forward", g.reshard_after_forward},
+                     {"post_forward_ranks", g.post_forward_ranks},
                      {"params", g.params},
                      {"param_shard_numels", g.shard_numels},
                      {"shard_numel", g.shard_numel},

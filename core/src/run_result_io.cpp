@@ -40,10 +40,10 @@ class MeshGroups {
     if (!program_ || op < 0 || static_cast<std::size_t>(op) >= program_->ops.size()) return nullptr;
     const int group = program_->ops[op].group;
     if (group < 0 || static_cast<std::size_t>(group) >= program_->groups.size()) return nullptr;
-    const std::vector<int>& dims = program_->groups[group].mesh_dims;
-    if (dims.empty() || program_->mesh.world_size() != program_->world_size) return nullptr;
+    if (program_->groups[group].mesh_dims.empty() || program_->mesh.world_size() != program_->world_size)
+      return nullptr;
     auto [it, added] = cache_.try_emplace(group);
-    if (added) it->second = program_->mesh.all_groups(dims);
+    if (added) it->second = program_->all_groups(group);
     if (instance < 0 || static_cast<std::size_t>(instance) >= it->second.size()) return nullptr;
     return &it->second[instance];
   }

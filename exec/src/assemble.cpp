@@ -26,7 +26,7 @@ void collective_runs(const core::Program& program, const std::vector<RankRecord>
   for (const core::ProgramOp& op : program.ops) {
     if (op.type != core::OpType::collective) continue;
     auto& groups = instances[op.group];
-    if (groups.empty()) groups = program.mesh.all_groups(program.groups[op.group].mesh_dims);
+    if (groups.empty()) groups = program.all_groups(op.group);
     for (int i = 0; i < static_cast<int>(groups.size()); ++i) {
       const std::vector<int>& members = groups[i];
       core::CollectiveRun run;

@@ -82,12 +82,11 @@ class RankExecutor {
     const int rank = backend_.rank();
     for (const ProgramOp& op : program_.ops) {
       if (op.type != OpType::collective) continue;
-      const auto& dims = program_.groups[op.group].mesh_dims;
-      const CommKey key{op.group, program_.mesh.group_index(rank, dims), op.stream};
+      const CommKey key{op.group, program_.group_index(op.group, rank), op.stream};
       auto it = communicators_.find(key);
       if (it == communicators_.end()) {
         const std::string name = fmt::format("g{}.i{}.{}", op.group, std::get<1>(key), program_.streams[op.stream]);
-        it = communicators_.emplace(key, backend_.communicator(name, program_.mesh.group_ranks(rank, dims))).first;
+        it = communicators_.emplace(key, backend_.communicator(name, program_.group_ranks(op.group, rank))).first;
       }
       communicator_of_[op.id] = it->second.get();
     }

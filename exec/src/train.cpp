@@ -92,10 +92,11 @@ class Trainer {
     // This rank's rows: its data-parallel replica's slice of the global batch, then its
     // tensor-parallel piece when the model input is sharded.
     const std::int64_t first = state_.dp_position * state_.replica_rows;
-    Matrix input = train::input_rows(state_.options.seed, iteration, first, state_.replica_rows, model_.input_features);
+    Tensor input{train::input_rows(state_.options.seed, iteration, first, state_.replica_rows, model_.input_features),
+                 Placement::replicate(), state_.sequence > 0 ? state_.replica_sequences : 0};
     const Placement placement = state_.planned.input_placement;
-    act_ = {placement.is_shard() ? train::chunk(input, placement.dim, state_.tp, state_.tp_position) : input,
-            placement};
+    act_ = placement.is_shard() ? train::chunk_of(input, placement.dim, state_.tp, state_.tp_position) : input;
+    act_.placement = placement;
   }
 
   // The loss is F.mse_loss over the global batch. A rank seeds the gradient of its block of the
@@ -109,7 +110,10 @@ class Trainer {
     const std::int64_t first = state_.dp_position * state_.replica_rows;
     Matrix target =
         train::target_rows(state_.options.seed, iteration_, first, state_.replica_rows, state_.output_features);
-    if (placement.is_shard()) target = train::chunk(target, placement.dim, state_.tp, state_.tp_position);
+    if (placement.is_shard())
+      target = train::chunk_of({std::move(target), placement, act_.sequences > 0 ? state_.replica_sequences : 0},
+                               placement.dim, state_.tp, state_.tp_position)
+                   .value;
     if (target.rows() != act_.value.rows() || target.cols() != act_.value.cols())
       throw std::runtime_error(fmt::format("the model output is {}x{} on this rank, the loss expects {}x{}",
                                            act_.value.rows(), act_.value.cols(), target.rows(), target.cols()));
@@ -119,7 +123,7 @@ class Trainer {
       state_.record.squared_error[iteration_ - 1] += train::squared_error(act_.value, target);
     }
     const double scale = 1.0 / (static_cast<double>(state_.replica_rows) * static_cast<double>(state_.output_features));
-    grad_ = {train::squared_error_grad(act_.value, target, scale), placement};
+    grad_ = {train::squared_error_grad(act_.value, target, scale), placement, act_.sequences};
   }
 
   // Exactly one rank reports each element of the global loss: coordinate 0 on every mesh dim
@@ -229,15 +233,17 @@ class Trainer {
     const Style style = dtensor_.style_of(module);
     Placement out;
     float bias_scale = 1.0f;
+    const Placement features = Placement::shard(act_.last_dim());
     if (style == Style::rowwise) {
-      state_.expect(op, act_.placement == Placement::shard(1), "RowwiseParallel needs its input Shard(-1)");
+      state_.expect(op, act_.placement == features, "RowwiseParallel needs its input Shard(-1)");
       out = Placement::partial();
       bias_scale = 1.0f / static_cast<float>(state_.tp);
     } else if (style == Style::colwise) {
       state_.expect(op, act_.placement.is_replicate(), "ColwiseParallel needs its input Replicate()");
-      out = Placement::shard(1);
+      out = features;
     } else {
-      const bool rows_only = act_.placement.is_replicate() || act_.placement == Placement::shard(0);
+      // Leaves act on rows (samples, positions), so any split but the features' is theirs.
+      const bool rows_only = act_.placement.is_replicate() || (act_.placement.is_shard() && act_.placement != features);
       state_.expect(op, core::is_elementwise(module.leaf) ? !act_.placement.is_partial() : rows_only,
                     fmt::format("a {} cannot run on a {} activation", module.type, act_.placement.str()));
       out = act_.placement;
@@ -245,7 +251,7 @@ class Trainer {
     const std::vector<const Matrix*> params = module_params(module);
     Matrix y = train::leaf_forward(module, params, act_.value, bias_scale);
     saved_[m] = {std::move(act_.value), act_.placement, out};
-    act_ = {std::move(y), out};
+    act_ = {std::move(y), out, act_.sequences};
     fsdp_.after_forward_step(m);
     fsdp2_.after_forward_step(m);
   }
@@ -278,7 +284,7 @@ class Trainer {
     Matrix grad_x = train::leaf_backward(module, module_params(module), saved.input, grad_.value, grads);
     const Style style = dtensor_.style_of(module);
     const Placement placement = style == Style::colwise ? Placement::partial() : saved.input_placement;
-    grad_ = {std::move(grad_x), placement};
+    grad_ = {std::move(grad_x), placement, grad_.sequences};
   }
 
   void run_param_matmul(const core::ProgramOp& op) {
@@ -286,7 +292,9 @@ class Trainer {
     const int p = state_.param_of(op.params.front());
     if (op.phase == core::Phase::recompute) return;
     if (op.phase == core::Phase::forward) {
-      state_.expect(op, act_.placement.is_replicate() || act_.placement == Placement::shard(0),
+      state_.expect(op,
+                    act_.placement.is_replicate() ||
+                        (act_.placement.is_shard() && act_.placement != Placement::shard(act_.last_dim())),
                     fmt::format("torch.mm needs rows-only sharding, the activation is {}", act_.placement.str()));
       Matrix y = train::param_matmul_forward(state_.params[p], act_.value);
       saved_matmul_[p] = {std::move(act_.value), act_.placement, act_.placement};

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "stratsim/core/errors.hpp"
 #include "train_state.hpp"
 
 namespace stratsim::exec::train {
@@ -14,29 +15,83 @@ namespace {
 
 using core::Placement;
 
-// Packs the n chunks along `dim` one after another (chunk k is what rank k gets or sends).
-std::vector<float> pack_chunks(const Matrix& m, int dim, int n) {
+// The 2-D grid a split along dim `d` of the tensor is a split of rows (0) or columns (1): the
+// matrix itself for a [batch, features] tensor and for the features of a sequence tensor; for
+// its batch or sequence dim, the [batch, seq * features] view of the same elements.
+struct Grid {
+  Eigen::Index rows = 0, cols = 0;
+  int dim = 0;
+};
+
+bool splits_features_or_rows(const Tensor& t, int d) { return t.sequences == 0 || d == 2; }
+
+Grid grid_of(const Tensor& t, int d) {
+  if (t.sequences == 0) return {t.value.rows(), t.value.cols(), d};
+  if (d == 2) return {t.value.rows(), t.value.cols(), 1};
+  return {static_cast<Eigen::Index>(t.sequences), t.value.size() / t.sequences, d};
+}
+
+Matrix view(const Matrix& m, Eigen::Index rows, Eigen::Index cols) {
+  return Eigen::Map<const Matrix>(m.data(), rows, cols);
+}
+
+// A grid back as the tensor's matrix: the matrix itself, or [batch * seq, features] again.
+Matrix from_grid(const Tensor& t, int d, Matrix grid) {
+  if (splits_features_or_rows(t, d)) return grid;
+  return view(grid, grid.size() / t.value.cols(), t.value.cols());
+}
+
+// Packs the n chunks along `d` one after another (chunk k is what rank k gets or sends).
+std::vector<float> pack_chunks(const Tensor& t, int d, int n) {
   std::vector<float> out;
-  out.reserve(static_cast<std::size_t>(m.size()));
+  out.reserve(static_cast<std::size_t>(t.value.size()));
   for (int k = 0; k < n; ++k) {
-    const Matrix piece = chunk(m, dim, n, k);
-    out.insert(out.end(), piece.data(), piece.data() + piece.size());
+    const Tensor piece = chunk_of(t, d, n, k);
+    out.insert(out.end(), piece.value.data(), piece.value.data() + piece.value.size());
   }
   return out;
 }
 
-// The inverse: n blocks of rows x cols, concatenated along `dim`.
-Matrix unpack_chunks(const std::vector<float>& flat, int dim, int n, Eigen::Index rows, Eigen::Index cols) {
-  Matrix out(dim == 0 ? rows * n : rows, dim == 0 ? cols : cols * n);
-  for (int k = 0; k < n; ++k) {
-    Eigen::Map<const Matrix> block(flat.data() + static_cast<std::size_t>(k * rows * cols), rows, cols);
-    if (dim == 0) out.middleRows(k * rows, rows) = block;
-    else out.middleCols(k * cols, cols) = block;
-  }
-  return out;
+// The inverse: n pieces shaped like `piece`, back to back in `flat`, concatenated along `d`.
+Tensor unpack_chunks(const std::vector<float>& flat, const Tensor& piece, int d, int n) {
+  std::vector<Tensor> pieces;
+  for (int k = 0; k < n; ++k)
+    pieces.push_back(shaped_like(piece, flat.data() + static_cast<std::size_t>(k * piece.value.size())));
+  return concat(pieces, d);
 }
 
 }  // namespace
+
+Tensor chunk_of(const Tensor& t, int d, int n, int k) {
+  if (t.sequences > 0 && d == 1 && (t.value.rows() / t.sequences) % n != 0)
+    throw core::InputError(
+        fmt::format("a sequence of {} positions does not split evenly over {} ranks; --train needs "
+                    "even shards",
+                    t.value.rows() / t.sequences, n));
+  const Grid grid = grid_of(t, d);
+  Tensor out{from_grid(t, d, chunk(view(t.value, grid.rows, grid.cols), grid.dim, n, k)), t.placement, t.sequences};
+  if (t.sequences > 0 && d == 0) out.sequences = t.sequences / n;
+  return out;
+}
+
+Tensor concat(const std::vector<Tensor>& pieces, int d) {
+  const Tensor& first = pieces.front();
+  const Grid grid = grid_of(first, d);
+  const auto n = static_cast<Eigen::Index>(pieces.size());
+  Matrix joined(grid.dim == 0 ? grid.rows * n : grid.rows, grid.dim == 0 ? grid.cols : grid.cols * n);
+  for (Eigen::Index k = 0; k < n; ++k) {
+    const Matrix block = view(pieces[k].value, grid.rows, grid.cols);
+    if (grid.dim == 0) joined.middleRows(k * grid.rows, grid.rows) = block;
+    else joined.middleCols(k * grid.cols, grid.cols) = block;
+  }
+  Tensor out{from_grid(first, d, std::move(joined)), first.placement, first.sequences};
+  if (first.sequences > 0 && d == 0) out.sequences = first.sequences * n;
+  return out;
+}
+
+Tensor shaped_like(const Tensor& like, const float* data) {
+  return {Eigen::Map<const Matrix>(data, like.value.rows(), like.value.cols()), like.placement, like.sequences};
+}
 
 DtensorLayouts::DtensorLayouts(RankState& state) : state_(state) {
   const core::Model& model = state_.model;
@@ -63,7 +118,7 @@ Style DtensorLayouts::style_of(const core::Module& module) const {
 
 void DtensorLayouts::localize(Tensor& tensor, Placement wanted) const {
   if (tensor.placement.is_replicate() && wanted.is_shard()) {
-    tensor.value = chunk(tensor.value, wanted.dim, state_.tp, state_.tp_position);
+    tensor = chunk_of(tensor, wanted.dim, state_.tp, state_.tp_position);
     tensor.placement = wanted;
   }
 }
@@ -92,7 +147,7 @@ void DtensorLayouts::redistribute_op(const core::ProgramOp& op, Tensor& tensor) 
   state_.expect(
       op, tensor.placement == op.from,
       fmt::format("the program redistributes from {} but the tensor is {}", op.from.str(), tensor.placement.str()));
-  tensor.value = redistribute(op, tensor.value, op.from, op.to);
+  tensor = redistribute(op, std::move(tensor), op.from, op.to);
   tensor.placement = op.to;
 }
 
@@ -106,35 +161,34 @@ void DtensorLayouts::replay_collective(const core::ProgramOp& op) {
                     in_place ? std::span<std::byte>(input) : std::span<std::byte>(output));
 }
 
-Matrix DtensorLayouts::redistribute(const core::ProgramOp& op, Matrix local, Placement from, Placement to) {
+Tensor DtensorLayouts::redistribute(const core::ProgramOp& op, Tensor local, Placement from, Placement to) {
   const int n = state_.comm_of(op).size();
   if (from.is_partial() && to.is_replicate()) {
-    state_.all_reduce(op, span_of(local));
+    state_.all_reduce(op, span_of(local.value));
     return local;
   }
   if (from.is_shard() && to.is_replicate()) {
-    std::vector<float> gathered(static_cast<std::size_t>(local.size()) * n);
-    state_.collective(op, core::CollectiveKind::all_gather, core::DType::float32, bytes_of(span_of(local)),
+    std::vector<float> gathered(static_cast<std::size_t>(local.value.size()) * n);
+    state_.collective(op, core::CollectiveKind::all_gather, core::DType::float32, bytes_of(span_of(local.value)),
                       bytes_of(gathered));
-    return unpack_chunks(gathered, from.dim, n, local.rows(), local.cols());
+    return unpack_chunks(gathered, local, from.dim, n);
   }
   if (from.is_partial() && to.is_shard()) {
     std::vector<float> packed = pack_chunks(local, to.dim, n);
-    Matrix out = chunk(local, to.dim, n, 0);  // shape of one chunk
+    Tensor out = chunk_of(local, to.dim, n, 0);  // shape of one chunk
     state_.collective(op, core::CollectiveKind::reduce_scatter, core::DType::float32, bytes_of(packed),
-                      bytes_of(span_of(out)));
+                      bytes_of(span_of(out.value)));
     return out;
   }
   if (from.is_shard() && to.is_shard() && from.dim != to.dim && op.kind == core::CollectiveKind::all_gather)
     // PyTorch before 2.4: gather the whole tensor (Shard -> Replicate), keep this rank's chunk.
-    return chunk(redistribute(op, std::move(local), from, Placement::replicate()), to.dim, n, state_.tp_position);
+    return chunk_of(redistribute(op, std::move(local), from, Placement::replicate()), to.dim, n, state_.tp_position);
   if (from.is_shard() && to.is_shard() && from.dim != to.dim) {
     // Send chunk k along the new dim to rank k; what arrives stacks along the old dim.
     std::vector<float> packed = pack_chunks(local, to.dim, n);
     std::vector<float> received(packed.size());
     state_.collective(op, core::CollectiveKind::all_to_all, core::DType::float32, bytes_of(packed), bytes_of(received));
-    const Matrix piece = chunk(local, to.dim, n, 0);
-    return unpack_chunks(received, from.dim, n, piece.rows(), piece.cols());
+    return unpack_chunks(received, chunk_of(local, to.dim, n, 0), from.dim, n);
   }
   throw std::runtime_error(fmt::format("no redistribution from {} to {}", from.str(), to.str()));
 }

@@ -7,6 +7,7 @@
 // without its all-gather fails the parity check.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include <fmt/format.h>
@@ -21,6 +22,7 @@ struct Fsdp2Groups::Group {
 
   int group = -1, world = 1, position = 0, dp_world = 1;
   std::vector<std::vector<float>> shards, shard_grads;  // per parameter: the rank's padded rows
+  std::vector<std::vector<float>> post_forward;         // per parameter: the piece kept after forward
   std::vector<float> pending;                           // the reduced rows of the parameters in `reduced`, back to back
   std::vector<std::size_t> reduced;                     // the group's parameters the last reduction covered
   bool has_grad = false;
@@ -89,7 +91,25 @@ void Fsdp2Groups::free_after_construction() {
 void Fsdp2Groups::after_forward_step(int step) {
   auto it = reshard_after_.find(step);
   if (it == reshard_after_.end()) return;
-  for (int g : it->second) poison(groups_[g]);
+  for (int g : it->second) {
+    if (groups_[g].report->post_forward_ranks > 0) keep_post_forward(groups_[g]);
+    poison(groups_[g]);
+  }
+}
+
+// reshard_after_forward=k: the rank keeps piece (position mod k) of each padded unsharded
+// parameter cut into k pieces, the piece its post-forward group gathers back in backward.
+void Fsdp2Groups::keep_post_forward(Group& group) {
+  const int k = group.report->post_forward_ranks;
+  const int q = group.position % k;
+  group.post_forward.assign(group.params.size(), {});
+  for (std::size_t i = 0; i < group.params.size(); ++i) {
+    const Matrix& value = state_.params[group.params[i]];
+    const std::int64_t piece = group.report->shard_numels[i] * group.world / k;
+    std::vector<float>& out = group.post_forward[i];
+    out.assign(piece, 0.0f);
+    for (std::int64_t e = 0; e < piece && q * piece + e < value.size(); ++e) out[e] = value.data()[q * piece + e];
+  }
 }
 
 void Fsdp2Groups::poison(const Group& group) {
@@ -107,27 +127,44 @@ bool Fsdp2Groups::owns(const core::ProgramOp& op) const {
   return !op.params.empty() && state_.planned.params[state_.param_of(op.params.front())].fsdp2_group >= 0;
 }
 
-// Copy-in: the shards back to back; all-gather; copy-out: each rank's segment split per parameter,
-// a parameter's rows in rank order, the padding dropped.
-void Fsdp2Groups::unshard(const core::ProgramOp& op) {
-  Group& group = group_of(op);
-  const std::int64_t segment = group.report->shard_numel;
+// Copy-in: the pieces back to back; all-gather over `ranks` members; copy-out: each rank's
+// segment split per parameter, a parameter's rows in rank order, the padding dropped.
+void Fsdp2Groups::gather(const Group& group, const std::vector<std::vector<float>>& pieces, int ranks,
+                         const std::function<void(CollectiveCall&)>& run) {
   std::vector<float> input;
-  input.reserve(segment);
-  for (const std::vector<float>& shard : group.shards) input.insert(input.end(), shard.begin(), shard.end());
-  std::vector<float> output(segment * group.world);
-  state_.collective(op, core::CollectiveKind::all_gather, core::DType::float32, bytes_of(input), bytes_of(output));
+  for (const std::vector<float>& piece : pieces) input.insert(input.end(), piece.begin(), piece.end());
+  const auto segment = static_cast<std::int64_t>(input.size());
+  std::vector<float> output(segment * ranks);
+  CollectiveCall call;
+  call.kind = core::CollectiveKind::all_gather;
+  call.input = bytes_of(input);
+  call.output = bytes_of(output);
+  run(call);
   std::int64_t offset = 0;
   for (std::size_t i = 0; i < group.params.size(); ++i) {
     Matrix& value = state_.params[group.params[i]];
-    const std::int64_t shard = group.report->shard_numels[i];
-    for (int r = 0; r < group.world; ++r)
-      for (std::int64_t k = 0; k < shard; ++k) {
-        const std::int64_t at = r * shard + k;
+    const auto piece = static_cast<std::int64_t>(pieces[i].size());
+    for (int r = 0; r < ranks; ++r)
+      for (std::int64_t k = 0; k < piece; ++k) {
+        const std::int64_t at = r * piece + k;
         if (at < value.size()) value.data()[at] = output[r * segment + offset + k];
       }
-    offset += shard;
+    offset += piece;
   }
+}
+
+// The pre-forward gather runs over the shard group from the shards; a pre-backward one after
+// reshard_after_forward=k runs over the post-forward group from the post-forward pieces.
+void Fsdp2Groups::unshard(const core::ProgramOp& op) {
+  Group& group = group_of(op);
+  const bool post_forward = op.group != group.group;
+  if (post_forward && group.post_forward.empty())
+    throw std::runtime_error("an all-gather over the post-forward group, but the group holds no post-forward shards");
+  const int ranks = post_forward ? group.report->post_forward_ranks : group.world;
+  gather(group, post_forward ? group.post_forward : group.shards, ranks, [&](CollectiveCall& call) {
+    state_.collective(op, core::CollectiveKind::all_gather, core::DType::float32, call.input, call.output);
+  });
+  group.post_forward.clear();  // FSDPParam.to_unsharded frees them
 }
 
 // foreach_reduce: for each rank, its rows of every gradient the op names (padded; parameters that
@@ -208,24 +245,7 @@ void Fsdp2Groups::optimizer_step() {
 void Fsdp2Groups::gather_state_dict() {
   for (Group& group : groups_) {
     if (group.params.empty()) continue;
-    const std::int64_t segment = group.report->shard_numel;
-    std::vector<float> input;
-    for (const std::vector<float>& shard : group.shards) input.insert(input.end(), shard.begin(), shard.end());
-    std::vector<float> output(segment * group.world);
-    CollectiveCall call;
-    call.kind = core::CollectiveKind::all_gather;
-    call.input = bytes_of(input);
-    call.output = bytes_of(output);
-    state_.comms.at(group.group)->run(call);
-    std::int64_t offset = 0;
-    for (std::size_t i = 0; i < group.params.size(); ++i) {
-      Matrix& value = state_.params[group.params[i]];
-      const std::int64_t shard = group.report->shard_numels[i];
-      for (int r = 0; r < group.world; ++r)
-        for (std::int64_t k = 0; k < shard; ++k)
-          if (r * shard + k < value.size()) value.data()[r * shard + k] = output[r * segment + offset + k];
-      offset += shard;
-    }
+    gather(group, group.shards, group.world, [&](CollectiveCall& call) { state_.comms.at(group.group)->run(call); });
     ++state_.record.state_dict_all_gathers;
   }
 }

@@ -497,10 +497,8 @@ std::string unsupported_reason(const core::Model& model) {
   }
   for (const Parameter& p : model.params)
     if (std::string reason = parameter_reason(p); !reason.empty()) return prefix + reason;
-  if (model.token_input) return prefix + "its input is token ids; --train needs a [batch, features] float input";
-  if (model.seq_len > 0)
-    return prefix +
-           fmt::format("its input is a sequence (seq_len {}); --train needs a [batch, features] input", model.seq_len);
+  if (model.token_input)
+    return prefix + "its input is token ids; --train needs a [batch, features] or [batch, seq, features] float input";
   if (std::string reason = WidthCheck(model).run(); !reason.empty()) return prefix + reason;
   return "";
 }

@@ -42,6 +42,26 @@ std::string forward_use_reason(const core::Model& model) {
   return "";
 }
 
+// DTensor splits a sequence unevenly (the last ranks get fewer positions); --train's layouts
+// are even. A sequence-sharded input is each rank's own positions, so only a replicated one can
+// be split unevenly later.
+std::string uneven_sequence_reason(const core::Model& model, const core::Plan& plan, const core::PlanResult& planned) {
+  const std::int64_t seq = plan.seq_len > 0 ? plan.seq_len : model.seq_len;
+  if (seq <= 0 || planned.input_placement == core::Placement::shard(1)) return "";
+  const int tp = planned.program.mesh.group_size(planned.input_dims);
+  if (seq % tp == 0) return "";
+  for (const core::ProgramOp& op : planned.program.ops)
+    if (op.type == core::OpType::collective &&
+        (op.from == core::Placement::shard(1) || op.to == core::Placement::shard(1)))
+      return fmt::format("op {} \"{}\" splits a sequence of {} positions over {} ranks; --train needs even shards",
+                         op.id, op.name, seq, tp);
+  for (const core::TpBoundary& boundary : planned.tp_inputs)  // a Replicate input taken as its local chunk
+    if (boundary.desired == core::Placement::shard(1))
+      return fmt::format("\"{}\" splits a sequence of {} positions over {} ranks; --train needs even shards",
+                         model.modules[boundary.module].fqn, seq, tp);
+  return "";
+}
+
 }  // namespace
 
 std::string train_unsupported_reason(const core::Model& model, const core::Plan& plan,
@@ -49,7 +69,9 @@ std::string train_unsupported_reason(const core::Model& model, const core::Plan&
   std::string why = train::unsupported_reason(model);
   if (why.empty()) why = forward_use_reason(model);
   if (!why.empty()) return why;
-  if (plan.loss_parallel) return "loss_parallel has no --train numerics yet";
+  if (plan.loss_parallel)
+    return "loss_parallel (a cross entropy over sharded logits) has no --train numerics yet; --train's loss is the "
+           "mean squared error, and `stratsim run` without --train executes loss_parallel's all-reduces";
   if (plan.optimizer.max_norm > 0)
     return "optimizer.max_norm (clip_grad_norm_) has no --train numerics yet; `stratsim run` without --train "
            "executes its all-reduce and kernels";
@@ -59,14 +81,6 @@ std::string train_unsupported_reason(const core::Model& model, const core::Plan&
         if (dtype && *dtype != core::DType::float32)
           return fmt::format("{}: mixed precision ({}) has no numerics in --train yet; parity is checked in float32",
                              step.where, core::dtype_name(*dtype));
-    if (const auto* tp = std::get_if<core::ParallelizeStep>(&step.body))
-      for (const auto& [pattern, spec] : tp->plan)
-        if (spec.style != core::TPStyle::colwise && spec.style != core::TPStyle::rowwise)
-          return fmt::format(
-              "{}: \"{}\": SequenceParallel / PrepareModuleInput / PrepareModuleOutput have no --train numerics "
-              "yet; `stratsim run` without --train executes their collectives",
-              step.where, pattern);
-
     const auto* shard = std::get_if<core::FullyShardStep>(&step.body);
     if (shard == nullptr) continue;
     for (const auto& dtype : {shard->param_dtype, shard->reduce_dtype, shard->buffer_dtype})
@@ -81,6 +95,7 @@ std::string train_unsupported_reason(const core::Model& model, const core::Plan&
           "FSDP2 group {} shards over one rank, which PyTorch {} copies instead of gathering; --train needs "
           "groups of two or more ranks",
           group.module.empty() ? model.name : group.module, plan.torch_version.str());
+  if (std::string why = uneven_sequence_reason(model, plan, planned); !why.empty()) return why;
   for (std::size_t p = 0; p < planned.params.size(); ++p) {
     const core::ParamLayout& layout = planned.params[p];
     if (layout.tp_dims.empty()) continue;

@@ -82,7 +82,12 @@ RankState::RankState(const core::Model& model, const core::Plan& plan, const cor
   const std::vector<int> tp_group = mesh.group_ranks(rank, tp_dims);
   tp = static_cast<int>(tp_group.size());
   tp_position = position_in(tp_group, rank);
-  replica_rows = plan.batch_size * (planned.input_placement == Placement::shard(0) ? tp : 1);
+  // DTensor.from_local: a sharded input is this rank's piece, so the replica's input is tp pieces
+  // along that dim; a sequence model's rows are (sample, position) pairs.
+  const std::int64_t seq = plan.seq_len > 0 ? plan.seq_len : model.seq_len;
+  replica_sequences = plan.batch_size * (planned.input_placement == Placement::shard(0) ? tp : 1);
+  if (seq > 0) sequence = seq * (planned.input_placement == Placement::shard(1) ? tp : 1);
+  replica_rows = replica_sequences * std::max<std::int64_t>(sequence, 1);
   output_features = train::output_features(model);
 
   params = init_parameters(model, options.seed);
@@ -148,15 +153,15 @@ Matrix RankState::local_slice(int p, const Matrix& full) const {
 
 int RankState::group_of(const std::vector<int>& dims) const {
   for (std::size_t g = 0; g < program.groups.size(); ++g)
-    if (program.groups[g].mesh_dims == dims) return static_cast<int>(g);
+    if (program.groups[g].mesh_dims == dims && program.groups[g].block_size == 0) return static_cast<int>(g);
   throw std::runtime_error(fmt::format("the program has no group over mesh dims {}", program.mesh.describe_dims(dims)));
 }
 
 void RankState::connect() {
   for (std::size_t g = 0; g < program.groups.size(); ++g) {
-    const std::vector<int>& dims = program.groups[g].mesh_dims;
-    const std::string key = fmt::format("train.g{}.i{}", g, program.mesh.group_index(rank, dims));
-    comms.push_back(backend.communicator(key, program.mesh.group_ranks(rank, dims)));
+    const int group = static_cast<int>(g);
+    const std::string key = fmt::format("train.g{}.i{}", g, program.group_index(group, rank));
+    comms.push_back(backend.communicator(key, program.group_ranks(group, rank)));
   }
 }
 

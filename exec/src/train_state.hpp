@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,11 +30,24 @@
 
 namespace stratsim::exec::train {
 
-// A local tensor and how it lies over the tensor-parallel group (dims normalised to 2-D).
+// A local tensor and how it lies over the tensor-parallel group (dims normalised to its rank). A
+// [batch, features] tensor is its matrix. A sequence model's [batch, seq, features] tensor is its
+// [batch * seq, features] matrix (row-major, so element for element PyTorch's) with `sequences`
+// its local batch: every leaf acts on rows, and only a split along dim 0 or 1 needs the batch.
 struct Tensor {
   Matrix value;
   core::Placement placement = core::Placement::replicate();
+  std::int64_t sequences = 0;  // 0: a [batch, features] tensor
+
+  int rank() const { return sequences > 0 ? 3 : 2; }
+  int last_dim() const { return rank() - 1; }
 };
+// Chunk `k` of `n` of the tensor along its dim `d` (DTensor's even split; InputError when it does
+// not divide), and the inverse: equal pieces concatenated along `d`.
+Tensor chunk_of(const Tensor& tensor, int d, int n, int k);
+Tensor concat(const std::vector<Tensor>& pieces, int d);
+// A flat buffer read back as a tensor shaped like `like`.
+Tensor shaped_like(const Tensor& like, const float* data);
 
 // The program and the values disagree at one op; the message names it.
 struct OpFailure : std::runtime_error {
@@ -68,11 +82,13 @@ struct RankState {
   const TrainOptions& options;
   const int rank;
 
-  // The batch over the mesh: data-parallel dims split the rows, tensor-parallel dims the input
-  // when it is sequence-sharded.
+  // The batch over the mesh: data-parallel dims split the samples, tensor-parallel dims the input
+  // when it is sharded (its batch, sequence or features).
   std::vector<int> data_dims, tp_dims;
   int dp = 1, dp_position = 0, tp = 1, tp_position = 0;
-  std::int64_t replica_rows = 0, output_features = 0;
+  // A replica's batch: its samples, each `sequence` positions long for a sequence model (0
+  // otherwise), and its rows (samples x positions).
+  std::int64_t replica_sequences = 0, sequence = 0, replica_rows = 0, output_features = 0;
 
   std::vector<Matrix> params, grads;  // per model parameter, as this rank holds it
   std::unordered_map<std::string, int> param_index;
@@ -180,6 +196,9 @@ class Fsdp2Groups {
   struct Group;
   Group make_group(const core::FsdpParamGroupReport& report);
   void refresh(Group& group);
+  void keep_post_forward(Group& group);
+  void gather(const Group& group, const std::vector<std::vector<float>>& pieces, int ranks,
+              const std::function<void(CollectiveCall&)>& run);
   void poison(const Group& group);
   Group& group_of(const core::ProgramOp& op);
   void finish_reduction(Group& group);
@@ -212,7 +231,7 @@ class DtensorLayouts {
 
  private:
   void replay_collective(const core::ProgramOp& op);
-  Matrix redistribute(const core::ProgramOp& op, Matrix local, core::Placement from, core::Placement to);
+  Tensor redistribute(const core::ProgramOp& op, Tensor local, core::Placement from, core::Placement to);
 
   RankState& state_;
   std::map<int, std::vector<core::TpBoundary>> boundaries_;  // by the leaf where they are entered

@@ -291,10 +291,9 @@ bool Simulation::compute_busy(const SimRank& rank) const {
 // The group instances this simulated rank takes part in: its own in full mode, all of them in
 // representative mode (it stands for every rank).
 std::vector<int> Simulation::instances_of(const SimRank& rank, const ProgramOp& op) const {
-  const auto& dims = program_.groups[op.group].mesh_dims;
   std::vector<int> instances;
   if (rank.ranks.size() == 1) {
-    instances.push_back(program_.mesh.group_index(rank.ranks.front(), dims));
+    instances.push_back(program_.group_index(op.group, rank.ranks.front()));
     return instances;
   }
   const int count = static_cast<int>(folding_.groups[op.group].instances.size());
@@ -305,7 +304,7 @@ std::vector<int> Simulation::instances_of(const SimRank& rank, const ProgramOp& 
 // How many simulated ranks must arrive before the instance can start.
 int Simulation::members_simulated(const ProgramOp& op) const {
   if (sim_ranks_.size() == 1) return 1;
-  return program_.mesh.group_size(program_.groups[op.group].mesh_dims);
+  return program_.groups[op.group].size;
 }
 
 void Simulation::run_collective(int sim_rank, const ProgramOp& op) {
@@ -404,7 +403,7 @@ bool Simulation::node_local(int group) {
 const std::vector<std::vector<int>>& Simulation::full_instances(int group) {
   if (full_.empty()) full_.resize(program_.groups.size());
   auto& instances = full_[group];
-  if (instances.empty()) instances = program_.mesh.all_groups(program_.groups[group].mesh_dims);
+  if (instances.empty()) instances = program_.all_groups(group);
   return instances;
 }
 
@@ -420,7 +419,7 @@ double Simulation::route_latency(sg4::Host* from, sg4::Host* to) {
 // The algorithm a full group instance runs, chosen once per (kind, bytes, group, instance) for
 // both the fold planner and the engine (a folded instance runs what the full one would).
 Algorithm Simulation::algorithm_for_full(const ProgramOp& op, int full_instance) {
-  if (program_.mesh.group_size(program_.groups[op.group].mesh_dims) < 2) return Algorithm::ring;  // nothing moves
+  if (program_.groups[op.group].size < 2) return Algorithm::ring;  // nothing moves
   if (auto it = options_.algorithms.find(op.kind);
       it != options_.algorithms.end() && it->second != Algorithm::automatic)
     return it->second;  // simulate() checked that the platform can run it

@@ -60,9 +60,8 @@ Verdict fold_instance(const std::vector<int>& members, int folded_size, int fold
 }
 
 Verdict fold_group(const Program& program, int group, int k, const Geometry& geo, SimulatedGroup& out) {
-  const auto& dims = program.groups[group].mesh_dims;
-  const std::vector<std::vector<int>> full = program.mesh.all_groups(dims);
-  const int p = program.mesh.group_size(dims);
+  const std::vector<std::vector<int>> full = program.all_groups(group);
+  const int p = program.groups[group].size;
   const int folded_ranks = k * geo.gpus_per_node;
   const auto fail = [&](const std::string& why) {
     return fmt::format("group {} ({} members): {}", program.groups[group].name, p, why);
@@ -137,10 +136,10 @@ std::vector<int> fold_candidates(const Geometry& geo) {
 Folding no_folding(const Program& program) {
   Folding folding;
   folding.ranks = program.world_size;
-  for (const core::ProgramGroup& group : program.groups) {
+  for (int group = 0; group < static_cast<int>(program.groups.size()); ++group) {
     SimulatedGroup simulated;
-    simulated.full_size = program.mesh.group_size(group.mesh_dims);
-    simulated.instances = program.mesh.all_groups(group.mesh_dims);
+    simulated.full_size = program.groups[group].size;
+    simulated.instances = program.all_groups(group);
     for (int i = 0; i < static_cast<int>(simulated.instances.size()); ++i) simulated.stands_for.push_back({i});
     folding.groups.push_back(std::move(simulated));
   }

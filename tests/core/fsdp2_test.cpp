@@ -128,7 +128,9 @@ TEST(Fsdp2, PlanErrorsInPyTorchsWordsOrOurs) {
   EXPECT_EQ(error(fsdp2_plan(4, "2.15", "\"reshard_after_forward\":3")),
             "plan.json: steps[1] (torch.distributed.fsdp.fully_shard): If passing reshard_after_forward as an int, it "
             "should be a factor of 4, not 3");
-  EXPECT_NE(error(fsdp2_plan(4, "2.15", "\"reshard_after_forward\":2")).find("does not model yet"), std::string::npos);
+  EXPECT_EQ(error(fsdp2_plan(4, "2.15", "\"reshard_after_forward\":0")),
+            "plan.json: steps[1] (torch.distributed.fsdp.fully_shard): If passing reshard_after_forward as an int, it "
+            "should be a factor of 4, not 0");
   EXPECT_NE(error("{\"world_size\":2,\"torch_version\":\"2.15\",\"steps\":["
                   "{\"torch.distributed.fsdp.fully_shard\":{\"module\":\"\"}},"
                   "{\"torch.distributed.fsdp.fully_shard\":{\"module\":\"\"}}]}")
@@ -278,4 +280,96 @@ TEST(Fsdp2Properties, RandomModelsAndPlans) {
   EXPECT_EQ(cases, 200);
   EXPECT_GT(hsdp, 20);
   EXPECT_GT(tp, 20);
+}
+
+// reshard_after_forward=k (_get_post_forward_mesh_info): after forward each rank keeps a clone of
+// 1/k of the unsharded parameters; the pre-backward all-gather runs over the rows of
+// mesh.view(-1, k), i.e. runs of k consecutive shard-group ranks, and moves the same output.
+TEST(Fsdp2, ReshardAfterForwardIntGathersOverRunsOfKRanks) {
+  const Model model = seq_model();
+  const std::string plan_text =
+      "{\"world_size\":8,\"torch_version\":\"2.15\",\"iterations\":2,\"steps\":["
+      "{\"torch.distributed.fsdp.fully_shard\":{\"module\":\"0\",\"reshard_after_forward\":2}},"
+      "{\"torch.distributed.fsdp.fully_shard\":{\"module\":\"\"}}]}";
+  const PlanResult r = run_plan(model, plan_text, 5);
+  // Linear(10, 10): weight 2 rows x 10 + bias 2 = 22 elements per rank, 176 unsharded.
+  std::vector<const CollectiveRecord*> gathers;
+  for (const CollectiveRecord& c : iteration(r, 2).collectives)
+    if (c.kind == CollectiveKind::all_gather && c.module == "0") gathers.push_back(&c);
+  ASSERT_EQ(gathers.size(), 2u);
+  EXPECT_EQ(gathers[0]->group, "world");
+  EXPECT_EQ(gathers[0]->input_bytes, 22 * 4);
+  EXPECT_EQ(gathers[1]->group, "world(2)");
+  EXPECT_EQ(gathers[1]->phase, Phase::backward);
+  EXPECT_EQ(gathers[1]->input_bytes, 88 * 4);
+  EXPECT_EQ(gathers[1]->output_bytes, 176 * 4);
+  EXPECT_EQ(r.group_ranks[gathers[1]->group_id], (std::vector<int>{4, 5}));
+  // The clone before the unsharded parameters are freed, and its copy-in (no cast) before the gather.
+  std::vector<std::string> copies;
+  for (const ProgramOp& op : r.program.ops)
+    if (op.iteration == 2 && op.role == OpRole::fsdp2_copy && op.module == "0")
+      copies.push_back(op.name + " " + std::to_string(op.bytes_accessed));
+  EXPECT_EQ(copies,
+            (std::vector<std::string>{"fsdp2.all_gather_copy_in 0 176", "fsdp2.all_gather_copy_out 0 1408",
+                                      "fsdp2.reshard_to_post_forward 0 704", "fsdp2.all_gather_copy_in 0 704",
+                                      "fsdp2.all_gather_copy_out 0 1408", "fsdp2.reduce_scatter_copy_in 0 1408"}));
+  ASSERT_EQ(r.fsdp2.size(), 2u);
+  EXPECT_EQ(r.fsdp2[0].post_forward_ranks, 2);
+  EXPECT_EQ(r.fsdp2[1].post_forward_ranks, 0);
+  check_same_sequence_on_every_rank(model, plan_from_json(plan_text), r);
+
+  // Between true and false in memory: four layers keep 1/k through forward instead of nothing or
+  // everything (plus, at the peak, one layer gathered whole), so a larger k holds less.
+  const Model four =
+      model_from_json({{"name", "Sequential"},
+                       {"modules",
+                        {{{"name", "0"}, {"type", "Linear"}, {"in_features", 16}, {"out_features", 16}},
+                         {{"name", "1"}, {"type", "Linear"}, {"in_features", 16}, {"out_features", 16}},
+                         {{"name", "2"}, {"type", "Linear"}, {"in_features", 16}, {"out_features", 16}},
+                         {{"name", "3"}, {"type", "Linear"}, {"in_features", 16}, {"out_features", 16}}}}});
+  auto peak_unsharded = [&](const std::string& reshard) {
+    std::string steps;
+    for (int layer = 0; layer < 4; ++layer)
+      steps += "{\"torch.distributed.fsdp.fully_shard\":{\"module\":\"" + std::to_string(layer) +
+               "\",\"reshard_after_forward\":" + reshard + "}},";
+    return run_plan(four, "{\"world_size\":8,\"torch_version\":\"2.15\",\"iterations\":2,\"steps\":[" + steps +
+                              "{\"torch.distributed.fsdp.fully_shard\":{\"module\":\"\"}}]}")
+        .memory.unsharded_params_peak;
+  };
+  EXPECT_LT(peak_unsharded("true"), peak_unsharded("4"));
+  EXPECT_LT(peak_unsharded("4"), peak_unsharded("2"));
+  EXPECT_LT(peak_unsharded("2"), peak_unsharded("false"));
+}
+
+// A sub-group's instances partition each full group into runs, in rank order, and every consumer's
+// lookups agree: instance `group_index(rank)` of `all_groups` is `group_ranks(rank)`.
+TEST(ProgramGroups, RunsOfKPartitionEveryGroupAndRoundTrip) {
+  Program program;
+  program.mesh = DeviceMesh({2, 4}, {"dp_replicate", "dp_shard"});
+  program.world_size = 8;
+  const int g = program.group_id({1}, 2);
+  EXPECT_EQ(program.groups[g].name, "dp_shard(2)");
+  EXPECT_EQ(program.groups[g].size, 2);
+  EXPECT_EQ(program.group_id({1}, 4), program.group_id({1}));  // one run is the whole group
+  EXPECT_EQ(program.all_groups(g), (std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  for (int rank = 0; rank < 8; ++rank)
+    EXPECT_EQ(program.all_groups(g)[program.group_index(g, rank)], program.group_ranks(g, rank)) << rank;
+  // Runs over two dims follow the members' row-major order: on [2, 4] over both, rank 5 is at 5.
+  const int both = program.group_id({0, 1}, 4);
+  EXPECT_EQ(program.all_groups(both), (std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(program.group_ranks(both, 5), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(program.group_index(both, 5), 1);
+  const Program back = program_from_json(program_to_json(program), "program.json");
+  ASSERT_EQ(back.groups.size(), program.groups.size());
+  EXPECT_EQ(back.groups[g].block_size, 2);
+  EXPECT_EQ(back.groups[g].name, "dp_shard(2)");
+
+  json bad = program_to_json(program);
+  bad["groups"][g]["block_size"] = 3;
+  try {
+    program_from_json(bad, "program.json");
+    ADD_FAILURE() << "a block size that does not divide the group was accepted";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "program.json: groups[0].block_size: expected a divisor of the group's 4 members");
+  }
 }

@@ -76,3 +76,18 @@ TEST(DeviceMesh, GroupIndexIsThePositionInAllGroups) {
     }
   }
 }
+
+// position_in_group and member_of_group agree with the listed group on every rank and dim set.
+TEST(DeviceMesh, PositionsInAGroupWithoutListingIt) {
+  const DeviceMesh mesh({2, 3, 4}, {"a", "b", "c"});
+  for (const std::vector<int>& dims :
+       std::vector<std::vector<int>>{{0}, {1}, {2}, {0, 2}, {2, 0}, {1, 2}, {0, 1, 2}, {}}) {
+    for (int rank = 0; rank < mesh.world_size(); ++rank) {
+      const std::vector<int> members = mesh.group_ranks(rank, dims);
+      const auto at = std::find(members.begin(), members.end(), rank) - members.begin();
+      EXPECT_EQ(mesh.position_in_group(rank, dims), at) << "rank " << rank;
+      for (int p = 0; p < static_cast<int>(members.size()); ++p)
+        EXPECT_EQ(mesh.member_of_group(rank, dims, p), members[p]) << "rank " << rank << " position " << p;
+    }
+  }
+}

@@ -67,9 +67,11 @@ inline Model seq_model() {
                             {{"name", "2"}, {"type", "Linear"}, {"in_features", 10}, {"out_features", 10}}}}});
 }
 
-// The size of a group as reports name it: "world", a mesh dim, or dims joined by '+'.
+// The size of a group as reports name it: "world", a mesh dim, or dims joined by '+'; "dp(4)"
+// is dp cut into runs of 4 ranks.
 inline int group_size_by_name(const Plan& plan, const std::string& name) {
   if (name == "world") return plan.world_size;
+  if (const std::size_t open = name.find('('); open != std::string::npos) return std::stoi(name.substr(open + 1));
   int size = 1;
   std::size_t start = 0;
   while (true) {

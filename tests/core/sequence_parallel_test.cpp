@@ -286,6 +286,41 @@ TEST(SequenceParallel, CheckpointedBlocksRecomputeLazilyAndStopEarly) {
                                              "backward tp layers.1.attention redistribute grad Partial()->Shard(1)"}));
 }
 
+// Composable checkpoint() on a module whose style was applied first hooks in after the style's
+// pre-hook and before its forward hook: the region starts from the gathered input, so the
+// recomputation gathers nothing (checkpoint_wrapper's region holds the hooks: it gathers again).
+// Recorded from PyTorch 2.15 by tools/tests/test_stratsim_export.py.
+TEST(SequenceParallel, ComposableCheckpointAfterAStyleRecomputesInsideItsHooks) {
+  auto recomputed = [&](const std::string& api) {
+    const PlanResult result =
+        run_plan(kSmallLlama,
+                 torchtitan_tp_plan(2, true, R"J(, {"checkpoint": {"module": "layers.0.feed_forward")J" + api + "}}"));
+    return lines(iteration(result, 1), Phase::recompute);
+  };
+  EXPECT_EQ(recomputed(""),
+            (std::vector<std::string>{"c10d_functional.all_gather_into_tensor 4096 tp layers.0.feed_forward input "
+                                      "Shard(1)->Replicate()"}));
+  EXPECT_EQ(recomputed(R"J(, "api": "checkpoint_wrapper")J"), recomputed(""));
+  EXPECT_TRUE(recomputed(R"J(, "api": "composable")J").empty());
+  // A plain input from PrepareModuleInput(use_local_output=True) would be wrapped again: refused.
+  const std::string local_input = with(
+      torchtitan_tp_plan(2, true, R"J(, {"checkpoint": {"module": "layers.0.feed_forward", "api": "composable"}})J"),
+      R"J("desired_input_layouts": ["Replicate()"]})J",
+      R"J("desired_input_layouts": ["Replicate()"], "use_local_output": true})J");
+  EXPECT_NE(plan_error([&] { run_plan(kSmallLlama, local_input); })
+                .find("composable checkpoint() on \"layers.0.feed_forward\" after "
+                      "PrepareModuleInput(use_local_output=True)"),
+            std::string::npos);
+  try {
+    plan_from_json(torchtitan_tp_plan(2, true, R"J(, {"checkpoint": {"module": "layers.0", "api": "wrap"}})J"));
+    ADD_FAILURE() << "an unknown api was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("api: unknown api \"wrap\" (expected checkpoint_wrapper or composable)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Layouts out of the activation's range are a PlanError, never an out-of-range access.
 TEST(SequenceParallel, OutOfRangeLayoutsAreRefused) {
   const std::string plan = with(torchtitan_tp_plan(2, true), R"J("*.attention_norm": "SequenceParallel")J",

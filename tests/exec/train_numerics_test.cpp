@@ -19,9 +19,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "stratsim/core/errors.hpp"
 #include "stratsim/core/json_reader.hpp"
 #include "stratsim/core/model_io.hpp"
 #include "train_numerics.hpp"
+#include "train_state.hpp"
 
 namespace stratsim::test {
 namespace {
@@ -666,8 +668,7 @@ TEST(TrainNumericsSupportTest, UnsupportedModelsAreRefused) {
             "Identity, RMSNorm, LayerNorm and parameter matmuls");
   EXPECT_EQ(reason({{"name", "B"}, {"dtype", "bfloat16"}, {"modules", {fc}}}),
             "model B: parameter \"fc.weight\" is bfloat16; --train computes in float32 only");
-  EXPECT_EQ(reason({{"name", "S"}, {"seq_len", 8}, {"modules", {fc}}}),
-            "model S: its input is a sequence (seq_len 8); --train needs a [batch, features] input");
+  EXPECT_EQ(reason({{"name", "S"}, {"seq_len", 8}, {"modules", {fc}}}), "");  // [batch, seq, features]: rows
   EXPECT_EQ(reason({{"name", "T"},
                     {"modules", {fc}},
                     {"parameters", {{{"name", "t"}, {"shape", {2, 2, 2}}}}},
@@ -690,6 +691,33 @@ TEST(TrainNumericsSupportTest, UnsupportedModelsAreRefused) {
 TEST(TrainNumericsSupportTest, TrainReferenceRefusesAnUnsupportedModel) {
   const core::Model model = core::load_model("zoo:gpt:layers=1,hidden=64,heads=2,ffn=128,vocab=100,seq=8");
   EXPECT_THROW(exec::train::train_reference(model, {}, 1, 1, 2, {}), std::invalid_argument);
+}
+
+// A [batch, seq, features] tensor lives as its [batch * seq, features] matrix; a split along the
+// sequence keeps each sample's share of positions, DTensor's Shard(1) of the 3-D tensor.
+TEST(TrainTensorLayout, SequenceSplitsKeepEachSamplesPositions) {
+  Matrix values(8, 2);  // 2 samples x 4 positions x 2 features: element i is i
+  for (Eigen::Index i = 0; i < values.size(); ++i) values.data()[i] = static_cast<float>(i);
+  const exec::train::Tensor whole{values, core::Placement::replicate(), 2};
+  const auto flat = [](const exec::train::Tensor& t) {
+    return std::vector<float>(t.value.data(), t.value.data() + t.value.size());
+  };
+  const exec::train::Tensor seq1 = exec::train::chunk_of(whole, 1, 2, 1);
+  EXPECT_EQ(flat(seq1), (std::vector<float>{4, 5, 6, 7, 12, 13, 14, 15}));  // positions 2-3 of both samples
+  EXPECT_EQ(seq1.value.cols(), 2);
+  EXPECT_EQ(seq1.sequences, 2);
+  const exec::train::Tensor batch1 = exec::train::chunk_of(whole, 0, 2, 1);
+  EXPECT_EQ(flat(batch1), (std::vector<float>{8, 9, 10, 11, 12, 13, 14, 15}));  // sample 1
+  EXPECT_EQ(batch1.sequences, 1);
+  const exec::train::Tensor features1 = exec::train::chunk_of(whole, 2, 2, 1);
+  EXPECT_EQ(flat(features1), (std::vector<float>{1, 3, 5, 7, 9, 11, 13, 15}));
+  for (int d = 0; d < 3; ++d) {
+    const exec::train::Tensor back =
+        exec::train::concat({exec::train::chunk_of(whole, d, 2, 0), exec::train::chunk_of(whole, d, 2, 1)}, d);
+    EXPECT_EQ(flat(back), flat(whole)) << "dim " << d;
+    EXPECT_EQ(back.sequences, 2) << "dim " << d;
+  }
+  EXPECT_THROW(exec::train::chunk_of(whole, 1, 3, 0), core::InputError);  // 4 positions over 3 ranks
 }
 
 }  // namespace

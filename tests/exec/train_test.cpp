@@ -240,6 +240,21 @@ TEST(TrainFullyShard2, NestedGroupsUnevenRowsAndEveryReshardChoice) {
   EXPECT_EQ(outcome.summary.collectives.at("c10d._reduce_scatter_base_"), 6);  // net1 and net2, 3 steps
 }
 
+TEST(TrainFullyShard2, ReshardAfterForwardToRunsOfRanksMatchesLocalTraining) {
+  // Six ranks: net1 keeps a third of its (padded) parameters after forward and re-gathers them
+  // over runs of 3 ranks, net2 a half over runs of 2; the pieces are other ranks' shards.
+  const Outcome outcome = train_spec("zoo:SimpleMLP", R"({"world_size": 6, "batch_size": 2, "iterations": 2,
+      "torch_version": "2.15", "optimizer": {"type": "sgd", "lr": 0.5, "momentum": 0.9},
+      "steps": [{"torch.distributed.fsdp.fully_shard": {"module": "net1", "reshard_after_forward": 3}},
+                {"torch.distributed.fsdp.fully_shard": {"module": "net2", "reshard_after_forward": 2}},
+                {"torch.distributed.fsdp.fully_shard": {"module": ""}}]})");
+  expect_parity(outcome);
+  expect_training_moved(outcome.summary);
+  // Per step: net1 and net2 gather in forward and again, over their runs, in backward (the root's
+  // group has no parameters left: the sigmoid is functional).
+  EXPECT_EQ(outcome.summary.collectives.at("c10d._allgather_base_"), 8);
+}
+
 TEST(TrainFullyShard2, HsdpWithAccumulationMatchesLocalTraining) {
   const Outcome outcome = train_spec("zoo:SimpleMLP", R"({"world_size": 4, "batch_size": 2, "iterations": 4,
       "mesh": {"shape": [2, 2], "dim_names": ["replicate", "shard"]}, "gradient_accumulation_steps": 2,
@@ -283,6 +298,97 @@ TEST(TrainMutation, Fsdp2GatherThatSkipsARankBreaksParity) {
                                      });
   for (const RankError& error : outcome.errors) ASSERT_EQ(error.message, "");
   EXPECT_FALSE(outcome.summary.passed);
+}
+
+// ---- sequence parallelism: [batch, seq, features] activations sharded on the sequence
+
+// torchtitan's block: SequenceParallel norms, Colwise in from Shard(1), Rowwise out to Shard(1),
+// on a tp dim under FSDP2 over dp. The norms' Replicate weights get Partial gradients (each rank
+// saw its positions only), all-reduced before FSDP2's reduce-scatter.
+const char* const kSequenceBlock = STRATSIM_TEST_DATA "/sequence_block.json";
+
+std::string sequence_parallel_plan(const std::string& extra_steps = "") {
+  return R"J({"world_size": 4, "batch_size": 2, "iterations": 3, "torch_version": "2.15",
+      "mesh": {"shape": [2, 2], "dim_names": ["dp", "tp"]}, "optimizer": {"type": "sgd", "lr": 0.5, "momentum": 0.9},
+      "steps": [{"parallelize_module": {"mesh_dim": "tp", "plan": {
+                   "norm0": "sequence_parallel",
+                   "fc_in": {"style": "colwise", "input_layouts": "Shard(1)"},
+                   "fc_out": {"style": "rowwise", "output_layouts": "Shard(1)"},
+                   "norm1": "sequence_parallel",
+                   "head": {"style": "colwise", "input_layouts": "Shard(1)"}}}})J" +
+         extra_steps + "]}";
+}
+
+TEST(TrainSequenceParallel, TorchtitanStyleBlockUnderFsdp2MatchesLocalTraining) {
+  const Outcome outcome = train_spec(
+      kSequenceBlock,
+      sequence_parallel_plan(R"(, {"torch.distributed.fsdp.fully_shard": {"module": "", "mesh_dim": "dp"}})"));
+  expect_parity(outcome);
+  expect_training_moved(outcome.summary);
+  // Per step: gathers before fc_in and head, reduce-scatters after fc_out and for two input
+  // gradients, one gather for fc_out's output gradient; the norms' three Partial gradients.
+  EXPECT_EQ(outcome.summary.collectives.at("c10d_functional.all_gather_into_tensor"), 9);
+  EXPECT_EQ(outcome.summary.collectives.at("c10d_functional.reduce_scatter_tensor"), 9);
+  EXPECT_EQ(outcome.summary.collectives.at("c10d_functional.all_reduce"), 9);
+}
+
+TEST(TrainSequenceParallel, TensorParallelOnlyWithAccumulation) {
+  // No data parallelism: the norms' Partial gradients are summed at the optimizer step, over two
+  // micro-steps each.
+  std::string plan = sequence_parallel_plan();
+  plan.replace(plan.find(R"("world_size": 4)"), 15, R"("world_size": 2)");
+  plan.replace(plan.find(R"("shape": [2, 2])"), 15, R"("shape": [1, 2])");
+  plan.replace(plan.find(R"("iterations": 3)"), 15, R"("iterations": 4, "gradient_accumulation_steps": 2)");
+  const Outcome outcome = train_spec(kSequenceBlock, plan);
+  expect_parity(outcome);
+  EXPECT_EQ(outcome.summary.optimizer_steps_after, (std::vector<int>{2, 4}));
+}
+
+TEST(TrainSequenceParallel, PrepareModuleInputAndOutputWithDTensorsBetweenModules) {
+  // PrepareModuleOutput gathers the activation's features after fc_in, so fc_out takes a
+  // Replicate input (a free chunk); fc_out's output stays a DTensor (use_local_output false) into
+  // the SequenceParallel norm; PrepareModuleInput hands the plain head replicated rows.
+  const Outcome outcome = train_spec(kSequenceBlock, R"J({"world_size": 2, "batch_size": 3, "iterations": 2,
+      "torch_version": "2.15", "mesh": {"shape": [2], "dim_names": ["tp"]},
+      "steps": [{"parallelize_module": {"mesh_dim": "tp", "plan": {
+                   "norm0": "sequence_parallel",
+                   "fc_in": {"style": "colwise", "input_layouts": "Shard(1)"},
+                   "act": {"style": "prepare_output", "output_layouts": "Shard(-1)",
+                           "desired_output_layouts": "Replicate()"},
+                   "fc_out": {"style": "rowwise", "input_layouts": "Replicate()", "output_layouts": "Shard(1)",
+                              "use_local_output": false},
+                   "norm1": "sequence_parallel",
+                   "head": {"style": "prepare_input", "input_layouts": "Shard(1)",
+                            "desired_input_layouts": "Replicate()", "use_local_output": true}}}}]})J");
+  expect_parity(outcome);
+}
+
+TEST(TrainMutation, UnreducedPartialNormGradientsBreakParity) {
+  // The norms' Partial gradient all-reduces move their bytes but sum nothing: each tp rank steps
+  // with the gradient of its own positions.
+  const Outcome outcome = train_spec(
+      kSequenceBlock,
+      sequence_parallel_plan(R"(, {"torch.distributed.fsdp.fully_shard": {"module": "", "mesh_dim": "dp"}})"),
+      [](core::PlanResult& planned) {
+        for (core::ProgramOp& op : planned.program.ops)
+          if (op.role == core::OpRole::tp_param_grad) op.role = core::OpRole::ddp_used_map;
+      });
+  for (const RankError& error : outcome.errors) ASSERT_EQ(error.message, "");
+  EXPECT_FALSE(outcome.summary.passed);
+}
+
+TEST(TrainSequenceParallel, AnUnevenSequenceIsRefused) {
+  // A replicated input of 3 positions, reduce-scattered onto the sequence over 2 ranks. (A
+  // sequence-sharded input is each rank's own positions: it always splits evenly.)
+  const Outcome outcome = train_spec(kSequenceBlock, R"J({"world_size": 2, "batch_size": 2, "seq_len": 3,
+      "torch_version": "2.15", "iterations": 1, "mesh": {"shape": [2], "dim_names": ["tp"]},
+      "steps": [{"parallelize_module": {"mesh_dim": "tp", "plan": {
+                   "fc_in": "colwise", "fc_out": {"style": "rowwise", "output_layouts": "Shard(1)"},
+                   "norm1": "sequence_parallel", "head": {"style": "colwise", "input_layouts": "Shard(1)"}}}}]})J");
+  ASSERT_EQ(outcome.errors[0].kind, ErrorKind::input) << outcome.errors[0].message;
+  EXPECT_NE(outcome.errors[0].message.find("splits a sequence of 3 positions over 2 ranks; --train needs even shards"),
+            std::string::npos)
+      << outcome.errors[0].message;
 }
 
 // ---- tensor parallelism (seeds 000 and 004)

@@ -128,6 +128,26 @@ TEST(Fold, SharedNicsAndOversubscribedSpineAreExact) {
   }
 }
 
+// FSDP2 with reshard_after_forward=8: the backward all-gathers run over node-local runs of 8 of
+// the world group (a sub-group), beside the world's gathers and reduce-scatters.
+TEST(Fold, Fsdp2PostForwardRunsAreExact) {
+  const json fsdp2 = {{"torch.distributed.fsdp.fully_shard", {{"module", "layers.*"}, {"reshard_after_forward", 8}}}};
+  const json root = {{"torch.distributed.fsdp.fully_shard", {{"module", ""}}}};
+  const core::Program program =
+      program_for({{"world_size", 256}, {"batch_size", 1}, {"torch_version", "2.15"}, {"steps", {fsdp2, root}}});
+  int runs_of_8 = 0;
+  for (const core::ProgramGroup& group : program.groups) runs_of_8 += group.block_size == 8 ? 1 : 0;
+  ASSERT_EQ(runs_of_8, 1);
+  const Runs runs = run_both(program, "h100:nodes=32");
+  EXPECT_EQ(runs.folded.folded_nodes, 8);
+  expect_same_timings(program, runs, kExact);
+  for (const sim::CollectiveRun& run : runs.unfolded.collectives)
+    if (program.groups[program.ops[run.op].group].block_size == 8) {
+      ASSERT_EQ(run.ranks.size(), 8u);
+      EXPECT_EQ(run.ranks.front() / 8, run.ranks.back() / 8) << "a run of 8 stays on its node";
+    }
+}
+
 // Data-parallel rails across nodes beside node-local TP, and FSDP on those rails.
 TEST(Fold, RailsBesideNodeLocalTensorParallelAreExact) {
   sim::SimOptions ring;

@@ -139,6 +139,10 @@ def random_plan(rng, doc):
             args["reshard_after_forward"] = False
         elif reshard < 0.5:
             args["reshard_after_forward"] = True
+        elif reshard >= 0.88 and (runs := post_forward_sizes(mesh["shape"][-1])):
+            # An int: reshard to runs of k ranks (no draw of its own, so the other cases stay as
+            # they were recorded before ints were).
+            args["reshard_after_forward"] = runs[int(reshard * 1000) % len(runs)]
         if precision:
             args["mp_policy"] = {"param_dtype": precision[0]}
             if precision[1]:
@@ -156,6 +160,11 @@ def random_plan(rng, doc):
         "torch_version": torch_version_rule(),
         "steps": steps,
     }
+
+
+def post_forward_sizes(shard_ranks):
+    """The ints reshard_after_forward takes other than 1 and the whole shard group."""
+    return [k for k in range(2, shard_ranks) if shard_ranks % k == 0]
 
 
 def random_tp_model(rng, tp):
@@ -318,8 +327,12 @@ def record_case(doc, input_width, plan):
                 mp = args["mp_policy"]
                 policy = MixedPrecisionPolicy(param_dtype=DTYPES[mp["param_dtype"]],
                                               reduce_dtype=DTYPES.get(mp.get("reduce_dtype")))
-            fully_shard(modules[args["module"]], mesh=sub_mesh,
-                        reshard_after_forward=args.get("reshard_after_forward"), mp_policy=policy)
+            reshard = args.get("reshard_after_forward")
+            fully_shard(modules[args["module"]], mesh=sub_mesh, reshard_after_forward=reshard, mp_policy=policy)
+            param_group = fully_shard.state(modules[args["module"]])._fsdp_param_group
+            if type(reshard) is int and param_group is not None:  # the post-forward mesh: runs of ranks
+                info = param_group.post_forward_mesh_info
+                group_names[info.shard_process_group.group_name] = f"{dims[-1]}({reshard})"
     init = list(recorder.records)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     accumulation = plan["gradient_accumulation_steps"]

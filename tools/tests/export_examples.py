@@ -23,6 +23,51 @@ def llama(layers=2, dim=16, heads=4, kv_heads=2, ffn=32, vocab=64, seq=8):
 def torchtitan_parallelize(model, mesh):
     """torchtitan's parallelize_llama: TP with sequence parallelism and loss parallel on "tp", then
     FSDP2 per block and on the root on "dp" (bfloat16 parameters, float32 reductions)."""
+    apply_tensor_parallel(model, mesh)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in model.layers:
+        fully_shard(block, mesh=mesh["dp"], mp_policy=mp)
+    fully_shard(model, mesh=mesh["dp"], mp_policy=mp)
+
+
+def applied_ac_parallelize(model, mesh):
+    """The same TP, then apply_activation_checkpointing on every TransformerBlock (check_fn), then
+    FSDP2 in float32 per block and on the root."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+    from record_tp import TransformerBlock
+    apply_tensor_parallel(model, mesh)
+    apply_activation_checkpointing(model, check_fn=lambda module: isinstance(module, TransformerBlock))
+    for block in model.layers:
+        fully_shard(block, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+
+
+def composable_ac_parallelize(model, mesh):
+    """The same TP, then composable checkpoint() on the first block's feed-forward only."""
+    from torch.distributed._composable import checkpoint
+    apply_tensor_parallel(model, mesh)
+    checkpoint(model.layers[0].feed_forward)
+    fully_shard(model, mesh=mesh["dp"])
+
+
+def composable_by_apply_parallelize(model, mesh):
+    """apply_activation_checkpointing handing each block to composable checkpoint()."""
+    from torch.distributed._composable import checkpoint
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+    from record_tp import TransformerBlock
+    apply_tensor_parallel(model, mesh)
+    apply_activation_checkpointing(model, checkpoint_wrapper_fn=checkpoint,
+                                   check_fn=lambda module: isinstance(module, TransformerBlock))
+    fully_shard(model, mesh=mesh["dp"])
+
+
+def reentrant_parallelize(model, mesh):
+    """Reentrant checkpointing, passed positionally: not in the plan format."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
+    model.layers[0] = checkpoint_wrapper(model.layers[0], CheckpointImpl.REENTRANT)
+
+
+def apply_tensor_parallel(model, mesh):
     tp = mesh["tp"]
     parallelize_module(model, tp, {
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
@@ -38,10 +83,6 @@ def torchtitan_parallelize(model, mesh):
             "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
             "feed_forward.w1": ColwiseParallel(), "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
             "feed_forward.w3": ColwiseParallel()})
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for block in model.layers:
-        fully_shard(block, mesh=mesh["dp"], mp_policy=mp)
-    fully_shard(model, mesh=mesh["dp"], mp_policy=mp)
 
 
 def bad_parallelize(model, mesh):

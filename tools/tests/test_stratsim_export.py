@@ -99,6 +99,31 @@ class ExportTest(unittest.TestCase):
         for i, iteration in enumerate(recorded):
             self.assertEqual(lines(planned["iterations"][i]["collectives"]), lines(iteration), f"iteration {i + 1}")
 
+    def test_activation_checkpointing_calls_are_recorded(self):
+        """apply_activation_checkpointing (PyTorch bound its checkpoint_wrapper_fn default before
+        the patch) and composable checkpoint() become `checkpoint` steps: the recomputed forwards'
+        TP collectives are then what PyTorch issues. Composable checkpoint() on a module with a
+        style hooks in after the style: the recomputation does not gather its input again."""
+        cases = [("applied_ac_parallelize", [{"module": "layers.0"}, {"module": "layers.1"}]),
+                 ("composable_ac_parallelize", [{"module": "layers.0.feed_forward", "api": "composable"}]),
+                 ("composable_by_apply_parallelize",
+                  [{"module": "layers.0", "api": "composable"}, {"module": "layers.1", "api": "composable"}])]
+        for parallelize, checkpointed in cases:
+            with self.subTest(parallelize):
+                run = export("export_examples:llama", "--input-shape", "2,8", "--loss", "-o", self.model,
+                             "--parallelize", f"export_examples:{parallelize}", "--mesh", "2x2",
+                             "--mesh-dim-names", "dp,tp", "--batch-size", "2", "--loss-parallel",
+                             "--plan-out", self.plan)
+                self.assertEqual(run.returncode, 0, run.stderr)
+                steps = load(self.plan)["steps"]
+                self.assertEqual([s["checkpoint"] for s in steps if "checkpoint" in s], checkpointed)
+                planned = stratsim_plan(self.model, self.plan, 2)
+                recorded_setup, recorded = record_pytorch("llama", parallelize)
+                self.assertEqual(lines(planned["setup"]), lines(recorded_setup))
+                for i, iteration in enumerate(recorded):
+                    self.assertEqual(lines(planned["iterations"][i]["collectives"]), lines(iteration),
+                                     f"iteration {i + 1}")
+
     def test_untraceable_containers_become_chains(self):
         run = export("export_examples:mlp", "--input-shape", "2,8", "-o", self.model)
         self.assertEqual(run.returncode, 0, run.stderr)
@@ -119,6 +144,9 @@ class ExportTest(unittest.TestCase):
               "--mesh", "2",
               "--mesh-dim-names", "tp"], "PyTorch: NotImplementedError: ColwiseParallel currently only support "
                                         "nn.Linear and nn.Embedding!"),
+            (["export_examples:llama", "--input-shape", "2,8", "--parallelize",
+              "export_examples:reentrant_parallelize", "--mesh", "2", "--mesh-dim-names", "tp"],
+             "checkpoint_wrapper(checkpoint_impl=CheckpointImpl.REENTRANT) is not in stratsim's plan format"),
         ]
         for args, message in cases:
             run = export(*args, "-o", self.model)

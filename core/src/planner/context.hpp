@@ -77,8 +77,11 @@ class PlanContext {
   const PlanOptions options;
 
   std::vector<ParamState> params;
-  std::vector<bool> checkpointed;     // per module: checkpoint() wraps it
-  std::vector<bool> selective;        // per module: ... with torchtitan's op-level selective policy
+  std::vector<bool> checkpointed;  // per module: checkpoint() wraps it
+  std::vector<bool> selective;     // per module: ... with torchtitan's op-level selective policy
+  // per module: composable checkpoint() applied after its parallelize_module style, so the region
+  // lies between the style's input and output hooks (CheckpointApi::composable)
+  std::vector<bool> region_inside_hooks;
   std::vector<int> fully_shard_step;  // per module: plan step that put fully_shard on it, -1 if none
   std::vector<int> replicate_step;    // per module: plan step that put replicate on it, -1 if none
   std::vector<bool> used_in_forward;  // per parameter: some forward step reads it

@@ -45,12 +45,8 @@ void FullyShard2::apply_fully_shard(const FullyShard2Step& step, const PlanStep&
     if (k < 1 || k > group.world || group.world % k != 0)
       throw PlanError(fmt::format("{}: If passing reshard_after_forward as an int, it should be a factor of {}, not {}",
                                   where.where, group.world, k));
-    if (k != 1 && k != group.world)
-      throw PlanError(
-          fmt::format("{}: reshard_after_forward={} reshards to groups of {} ranks, which stratsim does not "
-                      "model yet; use true or false",
-                      where.where, k, k));
     group.config.reshard_after_forward = k != 1;
+    if (k != 1 && k != group.world) group.post_forward_ranks = static_cast<int>(k);
   }
   const int id = static_cast<int>(groups_.size());
   // _get_managed_states: the module's parameters, less those of submodules that a fully_shard
@@ -178,7 +174,12 @@ void FullyShard2::unshard(int g, Phase phase, const char* why) {
   }
   std::vector<std::string> names;
   for (int p : group.params) names.push_back(context_.model.params[p].fqn);
-  const int copy_in = copy_kernel(g, "all_gather_copy_in", phase, "elementwise", group.copy_in_bytes());
+  // From the post-forward shards (already in param_dtype): no cast, a copy of 1/k of the
+  // unsharded parameters, gathered over the post-forward run of k ranks.
+  const bool post_forward = group.sharded_post_forward;
+  const std::int64_t input_numel = post_forward ? group.post_forward_numel() : group.shard_numel;
+  const std::int64_t copy_in_bytes = post_forward ? input_numel * 2 * d : group.copy_in_bytes();
+  const int copy_in = copy_kernel(g, "all_gather_copy_in", phase, "elementwise", copy_in_bytes);
   // The shards it gathers are the ones the last optimizer step wrote.
   std::vector<int> deps = {copy_in};
   if (builder_.last_optimizer_op >= 0) deps.push_back(builder_.last_optimizer_op);
@@ -186,8 +187,9 @@ void FullyShard2::unshard(int g, Phase phase, const char* why) {
       builder_.collective({.kind = CollectiveKind::all_gather,
                            .key = "c10d._allgather_base_",
                            .dims = group.shard_dims,
+                           .block_size = post_forward ? group.post_forward_ranks : 0,
                            .bytes = group.unsharded_numel() * d,
-                           .input_bytes = group.shard_numel * d,
+                           .input_bytes = input_numel * d,
                            .output_bytes = group.unsharded_numel() * d,
                            .dtype = dtype,
                            .stream = "fsdp.all_gather",
@@ -204,6 +206,9 @@ void FullyShard2::wait_for_unshard(int g, Phase phase) {
   if (!group.copy_out_pending) return;
   group.copy_out_pending = false;
   const int d = dtype_size(group.param_dtype());
+  // FSDPParam.to_unsharded frees them after the copy-out; freed here, just before it, the peak
+  // (a running maximum over the ops) is the same.
+  free_post_forward_shards(g);
   if (group.all_gather_op >= 0) {
     copy_kernel(g, "all_gather_copy_out", phase, "multi_tensor_copy", group.unsharded_numel() * 2 * d,
                 {group.all_gather_op});
@@ -214,10 +219,32 @@ void FullyShard2::wait_for_unshard(int g, Phase phase) {
 
 void FullyShard2::reshard(int g) {
   Group& group = groups_[g];
+  free_post_forward_shards(g);
   if (!group.unsharded) return;
   group.unsharded = false;
   group.copy_out_pending = false;
   builder_.add_memory(-group.unsharded_numel() * dtype_size(group.param_dtype()), MemoryTracker::Kind::unsharded);
+}
+
+// FSDPParam.to_sharded_post_forward: each parameter keeps its post-forward rank's 1/k of the
+// unsharded (padded) parameter, a clone, so the unsharded parameters can be freed; the
+// pre-backward all-gather then runs over the k ranks of the post-forward mesh only.
+void FullyShard2::reshard_to_post_forward(int g, Phase phase) {
+  Group& group = groups_[g];
+  if (!group.unsharded) return;
+  const int d = dtype_size(group.param_dtype());
+  const std::int64_t bytes = group.post_forward_numel() * d;
+  copy_kernel(g, "reshard_to_post_forward", phase, "elementwise", bytes * 2);
+  builder_.add_memory(bytes, MemoryTracker::Kind::unsharded);
+  reshard(g);
+  group.sharded_post_forward = true;
+}
+
+void FullyShard2::free_post_forward_shards(int g) {
+  Group& group = groups_[g];
+  if (!group.sharded_post_forward) return;
+  group.sharded_post_forward = false;
+  builder_.add_memory(-group.post_forward_numel() * dtype_size(group.param_dtype()), MemoryTracker::Kind::unsharded);
 }
 
 void FullyShard2::pre_forward(int module, Mode mode, bool input_requires_grad) {
@@ -243,7 +270,10 @@ void FullyShard2::pre_forward(int module, Mode mode, bool input_requires_grad) {
 void FullyShard2::post_forward(int module, Mode mode) {
   const int g = group_of_module_[module];
   if (g < 0 || mode == Mode::replay) return;
-  if (reshard_after_forward(groups_[g])) reshard(g);
+  if (reshard_after_forward(groups_[g])) {
+    if (groups_[g].post_forward_ranks > 0) reshard_to_post_forward(g, Phase::forward);
+    else reshard(g);
+  }
   std::vector<int>& order = post_forward_order_[groups_[g].root_group];
   order.push_back(g);
   const int index = static_cast<int>(order.size()) - 1;
@@ -431,6 +461,7 @@ void FullyShard2::report(PlanResult& result) const {
     report.replicate_dims = group.replicate_dims;
     report.root = group.root;
     report.reshard_after_forward = reshard_after_forward(group);
+    if (report.reshard_after_forward) report.post_forward_ranks = group.post_forward_ranks;
     for (int p : group.params) report.params.push_back(model.params[p].fqn);
     report.shard_numels = group.shard_numels;
     report.shard_numel = group.shard_numel;

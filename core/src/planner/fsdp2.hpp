@@ -5,7 +5,8 @@
 //
 // Per group and iteration, as FSDPParamGroup runs it: pre-forward all-gathers the group (one
 // all_gather_into_tensor of every parameter's padded shard, cast to param_dtype); post-forward
-// frees it unless reshard_after_forward is false or the group is the root's; the pre-backward hook
+// frees it unless reshard_after_forward is false or the group is the root's (reshard_after_forward=k
+// keeps 1/k of it, a clone, and re-gathers over k consecutive ranks); the pre-backward hook
 // on the group's outputs re-gathers it and prefetches the group that ran forward just before; the
 // post-backward hook on the group's inputs (or, when no input needs a gradient, the root's final
 // callback, groups in pre-order) reduce-scatters every gradient in one collective, then
@@ -69,6 +70,7 @@ class FullyShard2 {
     std::vector<std::int64_t> shard_numels;
     std::int64_t shard_numel = 0;  // all-gather input per rank
     int world = 1;
+    int post_forward_ranks = 0;  // reshard_after_forward=k with 1 < k < world; else 0
     DType orig_dtype = DType::float32;
     bool root = false;
     int root_group = 0;  // the root whose lazy init shares its contexts with this group
@@ -76,9 +78,10 @@ class FullyShard2 {
     bool unsharded = false;
     bool pre_backward_done = false;
     bool post_backward_done = false;
-    bool grads_pending = false;     // some parameter has a gradient not yet reduced
-    bool copy_out_pending = false;  // unsharded, but its unsharded parameters are not written yet
-    bool accumulated = false;       // an earlier micro-step left unsharded gradients (no sync)
+    bool grads_pending = false;         // some parameter has a gradient not yet reduced
+    bool copy_out_pending = false;      // unsharded, but its unsharded parameters are not written yet
+    bool accumulated = false;           // an earlier micro-step left unsharded gradients (no sync)
+    bool sharded_post_forward = false;  // holds post-forward shards (reshard_after_forward=k)
     int all_gather_op = -1;
     std::int64_t unsharded_grad_bytes = 0;  // accumulated without reduction (no sync)
     DType param_dtype() const { return config.param_dtype.value_or(orig_dtype); }
@@ -95,6 +98,8 @@ class FullyShard2 {
       return config.reduce_dtype.value_or(version.fsdp2_grads_in_param_dtype() ? param_dtype() : orig_dtype);
     }
     std::int64_t unsharded_numel() const { return shard_numel * world; }
+    // A post-forward shard: 1/k of the padded unsharded parameters.
+    std::int64_t post_forward_numel() const { return unsharded_numel() / post_forward_ranks; }
     // The dtype autograd writes the unsharded gradients in (before the cast to reduce_dtype).
     DType grad_dtype(const TorchVersion& version) const {
       return version.fsdp2_grads_in_param_dtype() ? param_dtype() : orig_dtype;
@@ -125,6 +130,8 @@ class FullyShard2 {
   // `after`. Returns the last op.
   int post_reduce(int g, std::int64_t shard, DType reduce, bool postdivide, const std::string& stream, int after);
   void reshard(int g);
+  void reshard_to_post_forward(int g, Phase phase);
+  void free_post_forward_shards(int g);
   void pre_backward(int g, int post_forward_index);
   void post_backward(int g);
 

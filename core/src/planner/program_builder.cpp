@@ -106,7 +106,7 @@ int ProgramBuilder::collective(CollectiveSpec spec) {
   op.type = OpType::collective;
   op.kind = spec.kind;
   op.comm_key = spec.key;
-  op.group = program.group_id(spec.dims);
+  op.group = program.group_id(spec.dims, spec.block_size);
   op.bytes = spec.bytes;
   op.input_bytes = spec.input_bytes;
   op.output_bytes = spec.output_bytes;
@@ -128,8 +128,8 @@ int ProgramBuilder::collective(CollectiveSpec spec) {
   record.op_id = id;
   record.op = std::move(spec.key);
   record.kind = spec.kind;
-  record.group = context_.group_name(spec.dims);
   record.group_id = program.ops.back().group;
+  record.group = program.groups[record.group_id].name;
   record.bytes = spec.bytes;
   record.input_bytes = spec.input_bytes;
   record.output_bytes = spec.output_bytes;

@@ -36,6 +36,7 @@ struct CollectiveSpec {
   CollectiveKind kind = CollectiveKind::all_reduce;
   std::string key;  // CommDebugMode key
   std::vector<int> dims;
+  int block_size = 0;  // a sub-group: runs of this many consecutive members (ProgramGroup::block_size)
   std::int64_t bytes = 0;
   std::int64_t input_bytes = -1, output_bytes = -1;  // per-rank send and receive buffers
   DType dtype = DType::float32;

@@ -47,6 +47,13 @@ class TensorParallel {
   // iteration 1's forward, in phase init.
   void emit_distribution();
 
+  // Hooks of a parallelize_module style or distribute_module on module m.
+  bool has_hooks(int m) const { return modules_[m].parallel || modules_[m].distributed; }
+  // Whether its input hook hands the module a plain tensor (PrepareModuleInput with
+  // use_local_output=True): calling the module again would wrap that tensor a second time.
+  bool input_hook_returns_local(int m) const {
+    return modules_[m].parallel && modules_[m].spec.style == TPStyle::prepare_input && modules_[m].spec.local_output();
+  }
   // A replicated DTensor parameter whose gradient comes out Partial is all-reduced where
   // FSDP/replicate re-wrap it (from_local). Returns the op after which the gradient is ready.
   int reduce_partial_grad(int p, int producer);

@@ -57,6 +57,14 @@ void Walk::apply_plan() {
             for (const int m : context_.modules_matching(body.module, step.where)) {
               context_.checkpointed[m] = true;
               context_.selective[m] = body.policy == CheckpointPolicy::selective_op;
+              context_.region_inside_hooks[m] = body.api == CheckpointApi::composable && tp_.has_hooks(m);
+              // Its recomputation calls the module again, hooks included, on the input the hooks
+              // made: a plain tensor would be wrapped as input_layouts and redistributed twice.
+              if (context_.region_inside_hooks[m] && tp_.input_hook_returns_local(m))
+                throw PlanError(fmt::format(
+                    "{}: composable checkpoint() on \"{}\" after PrepareModuleInput(use_local_output=True): its "
+                    "recomputation would redistribute the local input again, which stratsim does not model",
+                    step.where, context_.model.modules[m].fqn));
             }
           }
         },
@@ -129,6 +137,11 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
   fsdp_.pre_forward(m, mode);
   fsdp2_.pre_forward(m, mode, act.requires_grad);
   cast_activation(act, fsdp2_.input_cast(m));
+  // Composable checkpoint() after the module's style: the style's hooks run outside the region.
+  // The recomputation calls the module again on the input they made, a DTensor already in the
+  // layout they want (the hooks run again but redistribute nothing), so the replay skips them.
+  const bool hooks_outside = region && context_.region_inside_hooks[m];
+  if (hooks_outside) tp_.input_hook(m, act, mode);
   const Activation region_input = act;
   const std::size_t region_start = tape_.size();
   const int region_first_tensor = context_.next_tensor;
@@ -145,8 +158,9 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
     region_saves_ = 0;
     last_saving_entry_ = 0;
   }
-  run_module_body(m, act, inner, side);
+  run_module_body(m, act, inner, side, hooks_outside);
   const int region_saves = region_saves_;
+  if (hooks_outside) tp_.output_hook(m, act, mode);
   fsdp_.post_forward(m, mode);
   fsdp2_.post_forward(m, mode);
   cast_activation(act, fsdp2_.output_cast(m));
@@ -165,7 +179,7 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
       const int resume = std::exchange(context_.next_tensor, region_first_tensor);
       const SelectiveRegion outer = std::exchange(selective_, {context_.selective[m], 0});
       recompute_ = {region_saves, 0, region_saves == 0};
-      run_module_body(m, replay, Mode::replay, side_inputs);
+      run_module_body(m, replay, Mode::replay, side_inputs, context_.region_inside_hooks[m]);
       recompute_ = {};
       selective_ = outer;
       context_.next_tensor = resume;
@@ -186,10 +200,10 @@ void Walk::cast_activation(Activation& act, std::optional<DType> dtype) {
   act.id = context_.fresh_tensor();
 }
 
-void Walk::run_module_body(int m, Activation& act, Mode mode, std::span<const Activation> side) {
+void Walk::run_module_body(int m, Activation& act, Mode mode, std::span<const Activation> side, bool without_hooks) {
   const Module& module = context_.model.modules[m];
   if (mode == Mode::replay && recompute_.stopped) return;
-  tp_.input_hook(m, act, mode);
+  if (!without_hooks) tp_.input_hook(m, act, mode);
   if (module.leaf == LeafKind::container) {
     run_forward_steps(m, act, mode);
   } else if (act.dtensor) {
@@ -200,7 +214,7 @@ void Walk::run_module_body(int m, Activation& act, Mode mode, std::span<const Ac
     forward_leaf(m, act, mode, side);
   }
   if (mode == Mode::replay && recompute_.stopped) return;
-  tp_.output_hook(m, act, mode);
+  if (!without_hooks) tp_.output_hook(m, act, mode);
 }
 
 // A container's forward over its named tensors. A chain reads and writes slot 0 throughout; a
@@ -717,8 +731,8 @@ PlanResult Walk::run() {
   }
   result.program.iterations = iterations;
 
-  for (const auto& group : result.program.groups)
-    result.group_ranks.push_back(context_.mesh.group_ranks(options.rank, group.mesh_dims));
+  for (int group = 0; group < static_cast<int>(result.program.groups.size()); ++group)
+    result.group_ranks.push_back(result.program.group_ranks(group, options.rank));
   MemoryReport& memory = result.memory;
   builder_.memory.fill(memory);
   if (plan.device_memory_gib) {

@@ -35,7 +35,8 @@ class Walk {
   // names (attention's k and v).
   void forward_module(int m, Activation& act, Mode mode, std::span<const Activation> side = {});
   void cast_activation(Activation& act, std::optional<DType> dtype);
-  void run_module_body(int m, Activation& act, Mode mode, std::span<const Activation> side);
+  // `without_hooks`: the module's parallelize_module hooks run outside (composable checkpoint()).
+  void run_module_body(int m, Activation& act, Mode mode, std::span<const Activation> side, bool without_hooks = false);
   void run_forward_steps(int m, Activation& act, Mode mode);
   void sum_branch_grads(int m, int slot, const Activation& tensor, int uses, Mode mode);
   Activation forward_join(int m, const ForwardStep& step, const std::vector<Activation>& slots, Mode mode);

@@ -27,6 +27,10 @@ class DeviceMesh {
   std::vector<int> group_ranks(int rank, const std::vector<int>& dims) const;
   // Which of the groups over `dims` `rank` is in (row index, as new_group was called).
   int group_index(int rank, const std::vector<int>& dims) const;
+  // `rank`'s position in its group over `dims` (its index in group_ranks), and the member at
+  // `position` of that group; both without listing the group.
+  int position_in_group(int rank, const std::vector<int>& dims) const;
+  int member_of_group(int rank, const std::vector<int>& dims, int position) const;
   int group_size(const std::vector<int>& dims) const;
   // Every group over `dims`, in the order every rank creates them.
   std::vector<std::vector<int>> all_groups(const std::vector<int>& dims) const;

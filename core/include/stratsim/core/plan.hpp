@@ -111,9 +111,16 @@ struct FullyShard2Step {
 // flash attention and of every second matmul (aten.mm) are kept from the forward, the rest of
 // the region is recomputed.
 enum class CheckpointPolicy { full, selective_op };
+// Which API marks the region. checkpoint_wrapper (and a model's `checkpoint: true`) wraps the
+// module, its hooks included. Composable checkpoint() registers a forward pre-hook after the
+// module's earlier ones and a forward hook before them: the hooks of a parallelize_module style
+// applied before it run outside the region, and the recomputation sees the input they made.
+enum class CheckpointApi { checkpoint_wrapper, composable };
+
 struct CheckpointStep {
   std::string module;
   CheckpointPolicy policy = CheckpointPolicy::full;
+  CheckpointApi api = CheckpointApi::checkpoint_wrapper;
 };
 
 // parallelize_module's ParallelStyles. colwise / rowwise shard an nn.Linear or nn.Embedding;

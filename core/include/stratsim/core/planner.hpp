@@ -84,6 +84,9 @@ struct FsdpParamGroupReport {
   std::vector<int> group_dims, replicate_dims;
   bool root = false;
   bool reshard_after_forward = true;  // as it runs: false for the root
+  // reshard_after_forward=k (1 < k < W): after forward each rank keeps 1/k of the unsharded
+  // parameters and the pre-backward all-gather runs over runs of k consecutive group members.
+  int post_forward_ranks = 0;
   std::vector<std::string> params;
   std::vector<std::int64_t> shard_numels;  // per param: ceil(dim0 / W) rows, the rank's padded shard
   std::int64_t shard_numel = 0;            // the all-gather's input per rank (sum of shard_numels)

@@ -4,8 +4,8 @@
 // its JSON form.
 //
 // The program is SPMD: one op list serves every rank. Collectives name their group by mesh
-// dimensions; each rank resolves the concrete ranks from the mesh (DeviceMesh::group_ranks), so
-// a 16,384-rank plan stores one program, not 16,384.
+// dimensions (and, for a sub-group, a run length); each rank resolves the concrete ranks from the
+// mesh (Program::group_ranks), so a 16,384-rank plan stores one program, not 16,384.
 #pragma once
 
 #include <cstdint>
@@ -112,8 +112,11 @@ struct ProgramOp {
 
 struct ProgramGroup {
   std::vector<int> mesh_dims;  // which mesh dimensions the group spans
-  std::string name;            // "dp", "tp", "dp+tp", "world"
-  int size = 1;
+  std::string name;            // "dp", "tp", "dp+tp", "world", "dp(4)" (dp in runs of 4)
+  int size = 1;                // members per instance
+  // 0: the whole group over mesh_dims. k: that group cut into runs of k consecutive members, the
+  // rows of mesh.view(-1, k) (FSDP2's post-forward mesh under reshard_after_forward=k).
+  int block_size = 0;
 };
 
 struct Program {
@@ -124,9 +127,15 @@ struct Program {
   std::vector<ProgramOp> ops;
   int iterations = 0;
 
-  int stream_id(const std::string& name);           // adds the stream on first use
-  int group_id(const std::vector<int>& mesh_dims);  // adds the group on first use
-  ProgramOp& add(ProgramOp op);                     // assigns the id
+  int stream_id(const std::string& name);                               // adds the stream on first use
+  int group_id(const std::vector<int>& mesh_dims, int block_size = 0);  // adds the group on first use
+  ProgramOp& add(ProgramOp op);                                         // assigns the id
+
+  // Group `group`'s instance that `rank` is in: its members in order, and its index in
+  // all_groups(group) (the order every rank creates them in). Every instance of the group.
+  std::vector<int> group_ranks(int group, int rank) const;
+  int group_index(int group, int rank) const;
+  std::vector<std::vector<int>> all_groups(int group) const;
 };
 
 nlohmann::json program_to_json(const Program& program);
