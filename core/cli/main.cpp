@@ -2,6 +2,7 @@
 // and others register through command.hpp.
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -123,6 +124,10 @@ int main(int argc, char** argv) {
   } catch (const PlanError& error) {
     stratsim::cli::print_error(error.what());
     return 2;
+  } catch (const std::exception& error) {
+    // Not the input's fault (a simulation process that died, a failed write): one line, status 1.
+    stratsim::cli::print_error(error.what());
+    return 1;
   }
   return 0;
 }

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <simgrid/plugins/load.h>
 #include <simgrid/s4u.hpp>
 
 #include "engine.hpp"
@@ -128,7 +127,12 @@ class Simulation {
   }
   const std::vector<std::vector<int>>& full_instances(int group);
   bool node_local(int group);
-  double route_latency(sg4::Host* from, sg4::Host* to);
+  // The links a flow between two hosts crosses and their summed latency, looked up once.
+  struct Route {
+    std::vector<sg4::Link*> links;
+    double latency = 0;
+  };
+  const Route& route(sg4::Host* from, sg4::Host* to);
   const Schedule& schedule_for(const ProgramOp& op, Algorithm algorithm, const std::vector<int>& member_nodes);
   Algorithm algorithm_for(const ProgramOp& op, int instance);
   Algorithm algorithm_for_full(const ProgramOp& op, int full_instance);
@@ -148,10 +152,15 @@ class Simulation {
   std::map<std::pair<int, int>, std::unique_ptr<Rendezvous>> rendezvous_;
   std::vector<CollectiveRun> runs_;
   LinkCosts costs_;
-  std::map<std::pair<sg4::Host*, sg4::Host*>, double> latency_cache_;  // lookups only: pointer order is harmless
-  Folding folding_;                                                    // the simulated group instances
-  std::vector<std::vector<std::vector<int>>> full_;                    // per program group: every full instance's ranks
-  std::vector<int> node_local_;                                        // per program group: -1 unknown, 0 or 1
+  std::map<std::pair<sg4::Host*, sg4::Host*>, Route> routes_;  // lookups only: pointer order is harmless
+  // Bytes each link carried: every flow adds its bytes to the links of its route. (SimGrid's
+  // link-load plugin would integrate the same, but it attaches to links only as the public API
+  // creates them, so the directions of an XML <cluster>'s links have none and tracking them
+  // crashes SimGrid 3.32.)
+  std::map<const sg4::Link*, double> link_bytes_;
+  Folding folding_;                                  // the simulated group instances
+  std::vector<std::vector<std::vector<int>>> full_;  // per program group: every full instance's ranks
+  std::vector<int> node_local_;                      // per program group: -1 unknown, 0 or 1
   std::map<std::tuple<int, int, double, int, std::vector<int>>, Schedule> schedule_cache_;
   std::map<std::tuple<int, double, int, int>, Algorithm> algorithm_cache_;  // kind, bytes, group, full instance
   std::map<const Schedule*, const Protocol*> protocol_cache_;               // schedule_cache_ entries are stable
@@ -407,12 +416,9 @@ const std::vector<std::vector<int>>& Simulation::full_instances(int group) {
   return instances;
 }
 
-double Simulation::route_latency(sg4::Host* from, sg4::Host* to) {
-  auto [it, inserted] = latency_cache_.try_emplace({from, to}, 0.0);
-  if (inserted) {
-    std::vector<sg4::Link*> links;
-    from->route_to(to, links, &it->second);
-  }
+const Simulation::Route& Simulation::route(sg4::Host* from, sg4::Host* to) {
+  auto [it, inserted] = routes_.try_emplace({from, to});
+  if (inserted) from->route_to(to, it->second.links, &it->second.latency);
   return it->second;
 }
 
@@ -511,7 +517,7 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
       bool crosses_nodes = false;
       for (const Flow& flow : phase.flows) {
         crosses_nodes = crosses_nodes || member_nodes[flow.src] != member_nodes[flow.dst];
-        if (phase.latency_steps > 1) alpha = std::max(alpha, route_latency(hosts[flow.src], hosts[flow.dst]));
+        if (phase.latency_steps > 1) alpha = std::max(alpha, route(hosts[flow.src], hosts[flow.dst]).latency);
       }
       run_flows(hosts, phase.flows, scale);
       double wait = (phase.latency_steps - 1) * alpha;
@@ -592,6 +598,8 @@ void Simulation::run_flows(const std::vector<sg4::Host*>& hosts, std::span<const
     // Schedules split buffers evenly, so a tiny buffer over many ranks gives sub-byte flows;
     // SimGrid 3.32 serialises zero-byte comms, so every flow carries at least one byte.
     const auto bytes = static_cast<std::uint64_t>(std::max<long long>(1, std::llround(flow.bytes * scale)));
+    for (const sg4::Link* link : route(hosts[flow.src], hosts[flow.dst]).links)
+      link_bytes_[link] += static_cast<double>(bytes);
     comms.push_back(sg4::Comm::sendto_async(hosts[flow.src], hosts[flow.dst], bytes));
   }
   flows_ += static_cast<std::int64_t>(comms.size());
@@ -641,8 +649,9 @@ SimResult Simulation::collect(RankMode mode) {
   });
   result.collectives = std::move(runs_);
   for (sg4::Link* link : built_.links) {
-    const double bytes = sg_link_get_cum_load(link);
-    if (bytes <= 0) continue;
+    const auto carried = link_bytes_.find(link);
+    if (carried == link_bytes_.end() || carried->second <= 0) continue;
+    const double bytes = carried->second;
     LinkLoad load;
     load.name = link->get_name();
     load.bandwidth = link->get_bandwidth();
@@ -684,10 +693,8 @@ SimResult run_engine(const Program& program, const PlatformSpec& platform, const
   // thousands of them (simulators.md 4.7: vm.max_map_count otherwise).
   engine.set_config("contexts/stack-size:256");
   engine.set_config("contexts/guard-size:0");
-  sg_link_load_plugin_init();
   BuiltPlatform built = build_platform(platform);
   require_devices(platform, static_cast<int>(built.devices.size()), program.world_size);
-  for (sg4::Link* link : built.links) sg_link_load_track(link);
   Simulation simulation(program, platform, options, std::move(built));
   return simulation.run(effective_mode(options));
 }

@@ -121,6 +121,19 @@ TEST(SimulateCli, FoldsTheNetworkUnlessToldNotTo) {
   std::filesystem::remove(plan);
 }
 
+// The README's XML example, as a user runs it: it simulates (it used to crash in SimGrid's
+// link-load plugin), with the XML's own link names in the report; its JSON byte-identical twice.
+TEST(SimulateCli, AnXmlPlatformSimulates) {
+  const std::string args = "simulate --quiet --platform " + data("platforms/two_zones.xml");
+  const CliRun text = run(args, true);
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("busiest links:"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("left_link_0_UP"), std::string::npos) << text.out;
+  const CliRun a = run(args + " --json", true), b = run(args + " --json", true);
+  ASSERT_EQ(a.code, 0) << a.out;
+  EXPECT_EQ(a.out, b.out);
+}
+
 TEST(SimulateCli, MoreRanksThanDevicesFailsClearly) {
   const std::string trace = temp_path("never.json");
   CliRun r = run("simulate --quiet --plan builtin:fsdp --model zoo:TestModel --platform h100:gpus=2 --trace " + trace);
