@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <new>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -124,6 +125,9 @@ int main(int argc, char** argv) {
   } catch (const PlanError& error) {
     stratsim::cli::print_error(error.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    stratsim::cli::print_error("out of memory: the model, plan or platform is too large for this machine");
+    return 1;
   } catch (const std::exception& error) {
     // Not the input's fault (a simulation process that died, a failed write): one line, status 1.
     stratsim::cli::print_error(error.what());

@@ -13,6 +13,7 @@
 
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/json_reader.hpp"
+#include "stratsim/core/limits.hpp"
 
 namespace stratsim::core {
 namespace {
@@ -73,12 +74,17 @@ std::string read_file(const std::string& path) {
   if (!file) throw InputError(fmt::format("{}: cannot open file", path));
   std::string text;
   char buffer[1 << 16];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0;) text.append(buffer, n);
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0;) {
+    text.append(buffer, n);
+    if (static_cast<std::int64_t>(text.size()) > kMaxDocumentBytes)
+      throw InputError(fmt::format("{}: larger than 1 GiB (stratsim's limit per document)", path));
+  }
   if (std::ferror(file.get())) throw InputError(fmt::format("{}: cannot read file", path));
   return text;
 }
 
 json parse_json(const std::string& text, const std::string& origin, ProgressPoint& point) {
+  check_document_limits(text, origin);
   try {
     const CountingIterator begin{text.data(), text.data(), &point}, end{text.data(), text.data() + text.size(), &point};
     return json::parse(begin, end);

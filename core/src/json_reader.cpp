@@ -1,5 +1,6 @@
 #include "stratsim/core/json_reader.hpp"
 
+#include <charconv>
 #include <fstream>
 #include <sstream>
 
@@ -7,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "stratsim/core/errors.hpp"
+#include "stratsim/core/limits.hpp"
 
 namespace stratsim::core {
 namespace {
@@ -19,39 +21,53 @@ nlohmann::json yaml_scalar(const YAML::Node& node) {
   if (text == "null" || text == "~" || text.empty()) return nullptr;
   if (text == "true" || text == "True") return true;
   if (text == "false" || text == "False") return false;
-  try {
-    std::size_t used = 0;
-    long long integer = std::stoll(text, &used, 10);
-    if (used == text.size()) return integer;
-  } catch (const std::exception&) {
-  }
-  try {
-    std::size_t used = 0;
-    double number = std::stod(text, &used);
-    if (used == text.size()) return number;
-  } catch (const std::exception&) {
-  }
+  // from_chars, not stoll/stod: those throw for every word, and a large YAML file (or one whose
+  // aliases expand) is mostly words.
+  const char* first = text.data() + (text.size() > 1 && text[0] == '+' ? 1 : 0);
+  const char* last = text.data() + text.size();
+  long long integer = 0;
+  if (auto [end, error] = std::from_chars(first, last, integer); error == std::errc() && end == last) return integer;
+  double number = 0;
+  if (auto [end, error] = std::from_chars(first, last, number); error == std::errc() && end == last) return number;
   return text;
 }
 
-nlohmann::json yaml_to_json(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined: return nullptr;
-    case YAML::NodeType::Scalar: return yaml_scalar(node);
-    case YAML::NodeType::Sequence: {
-      nlohmann::json array = nlohmann::json::array();
-      for (const auto& item : node) array.push_back(yaml_to_json(item));
-      return array;
+// YAML's aliases make a tree of a graph: `a: &a [*a]` is infinitely deep, and nine aliases of
+// nine make a billion values ("billion laughs"). Both are refused as they expand.
+class YamlToJson {
+ public:
+  explicit YamlToJson(const std::string& origin) : origin_(origin) {}
+
+  nlohmann::json convert(const YAML::Node& node, int depth = 0) {
+    if (depth > kMaxDocumentDepth)
+      throw InputError(
+          fmt::format("{}: nested more than {} levels deep (a self-referencing alias?)", origin_, kMaxDocumentDepth));
+    if (++values_ > kMaxDocumentValues)
+      throw InputError(fmt::format("{}: expands to more than 2^22 values (aliases repeated inside aliases?)", origin_));
+    switch (node.Type()) {
+      case YAML::NodeType::Null:
+      case YAML::NodeType::Undefined:
+        return nullptr;
+      case YAML::NodeType::Scalar:
+        return yaml_scalar(node);
+      case YAML::NodeType::Sequence: {
+        nlohmann::json array = nlohmann::json::array();
+        for (const auto& item : node) array.push_back(convert(item, depth + 1));
+        return array;
+      }
+      case YAML::NodeType::Map: {
+        nlohmann::json object = nlohmann::json::object();
+        for (const auto& item : node) object[item.first.as<std::string>()] = convert(item.second, depth + 1);
+        return object;
+      }
     }
-    case YAML::NodeType::Map: {
-      nlohmann::json object = nlohmann::json::object();
-      for (const auto& item : node) object[item.first.as<std::string>()] = yaml_to_json(item.second);
-      return object;
-    }
+    return nullptr;
   }
-  return nullptr;
-}
+
+ private:
+  const std::string& origin_;
+  std::int64_t values_ = 0;
+};
 
 // nlohmann reports a byte offset; users want a line and column.
 std::string line_column(const std::string& text, std::size_t offset) {
@@ -67,9 +83,7 @@ std::string line_column(const std::string& text, std::size_t offset) {
   return fmt::format("line {}, column {}", line, column);
 }
 
-bool looks_like_yaml(const std::string& path) {
-  return path.ends_with(".yaml") || path.ends_with(".yml");
-}
+bool looks_like_yaml(const std::string& path) { return path.ends_with(".yaml") || path.ends_with(".yml"); }
 
 // The value in an error message, cut short: a wrong value may be a whole array of a large file.
 std::string type_name(const nlohmann::json& value) {
@@ -82,10 +96,36 @@ std::string type_name(const nlohmann::json& value) {
 
 }  // namespace
 
+void check_document_limits(const std::string& text, const std::string& origin) {
+  if (static_cast<std::int64_t>(text.size()) > kMaxDocumentBytes)
+    throw InputError(fmt::format("{}: larger than 1 GiB (stratsim's limit per document)", origin));
+  // Brackets outside strings: both parsers recurse (or free recursively) per level of nesting.
+  int depth = 0;
+  bool in_string = false;
+  char quote = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == quote) in_string = false;
+    } else if (c == '"' || c == '\'') {
+      in_string = true;
+      quote = c;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDocumentDepth)
+        throw InputError(
+            fmt::format("{}: {}: nested more than {} levels deep", origin, line_column(text, i), kMaxDocumentDepth));
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
 nlohmann::json parse_document(const std::string& text, const std::string& origin, bool yaml) {
+  check_document_limits(text, origin);
   if (yaml) {
     try {
-      return yaml_to_json(YAML::Load(text));
+      return YamlToJson(origin).convert(YAML::Load(text));
     } catch (const YAML::Exception& error) {
       throw InputError(fmt::format("{}: line {}, column {}: invalid YAML: {}", origin, error.mark.line + 1,
                                    error.mark.column + 1, error.msg));
@@ -98,8 +138,8 @@ nlohmann::json parse_document(const std::string& text, const std::string& origin
     // Drop nlohmann's "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
     if (auto colon = message.find(": ", message.find("parse error")); colon != std::string::npos)
       message = message.substr(colon + 2);
-    throw InputError(fmt::format("{}: {}: invalid JSON: {}", origin, line_column(text, error.byte - (error.byte > 0)),
-                                 message));
+    throw InputError(
+        fmt::format("{}: {}: invalid JSON: {}", origin, line_column(text, error.byte - (error.byte > 0)), message));
   } catch (const nlohmann::json::exception& error) {
     // A number too large for a double: nlohmann says which, but not where.
     std::string message = error.what();
@@ -111,9 +151,14 @@ nlohmann::json parse_document(const std::string& text, const std::string& origin
 nlohmann::json load_document(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw InputError(fmt::format("{}: cannot open file", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    text.append(chunk, static_cast<std::size_t>(in.gcount()));
+    // A device or a file that never ends (/dev/zero) stops here, not at the memory's end.
+    if (static_cast<std::int64_t>(text.size()) > kMaxDocumentBytes)
+      throw InputError(fmt::format("{}: larger than 1 GiB (stratsim's limit per document)", path));
+  }
   bool yaml = looks_like_yaml(path);
   // A .yaml file that is really JSON parses either way; JSON is a subset of YAML 1.2.
   return parse_document(text, path, yaml);

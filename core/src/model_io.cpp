@@ -2,15 +2,16 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "stratsim/core/errors.hpp"
+#include "stratsim/core/limits.hpp"
 
 namespace stratsim::core {
 namespace {
-
 
 class ModelParser {
  public:
@@ -23,6 +24,7 @@ class ModelParser {
     default_dtype_ = dtype_field(doc, "dtype", DType::float32);
     model_.input_features = doc.get_int("input_features", 0);
     model_.seq_len = doc.get_int("seq_len", 0);
+    if (model_.seq_len > kMaxExtent) doc.at("seq_len").fail("expected at most 2^31 positions");
     if (model_.input_features < 0) doc.at("input_features").fail("expected a positive integer");
     if (model_.seq_len < 0) doc.at("seq_len").fail("expected a positive integer");
     Module root;
@@ -38,6 +40,7 @@ class ModelParser {
  private:
   Model& model_;
   DType default_dtype_ = DType::float32;
+  std::int64_t total_numel_ = 0;  // parameters so far, against kMaxModelElements
 
   DType dtype_field(const JsonReader& node, const char* key, DType fallback) {
     if (!node.has(key)) return fallback;
@@ -74,6 +77,7 @@ class ModelParser {
 
   int parse_module(const JsonReader& node, int parent, const std::string& name) {
     const int index = static_cast<int>(model_.modules.size());
+    if (index >= kMaxModules) node.fail("the model would have more than 2^18 modules (stratsim's limit per model)");
     {
       Module module;
       module.name = name;
@@ -102,8 +106,17 @@ class ModelParser {
     return index;
   }
 
-  void add_param(int module, const std::string& name, std::vector<std::int64_t> shape, DType dtype,
-                 bool requires_grad = true) {
+  // `node` is where the parameter comes from, named when it is too large.
+  void add_param(const JsonReader& node, int module, const std::string& name, std::vector<std::int64_t> shape,
+                 DType dtype, bool requires_grad = true) {
+    std::optional<std::int64_t> numel = 1;
+    for (std::int64_t extent : shape)
+      if (numel) numel = checked_product(*numel, extent);
+    if (!numel || *numel > kMaxTensorElements)
+      node.fail(fmt::format("parameter \"{}\" would have more than 2^48 elements (stratsim's limit per tensor)", name));
+    total_numel_ += *numel;
+    if (total_numel_ > kMaxModelElements)
+      node.fail("the model would have more than 2^50 parameters (stratsim's limit per model)");
     Parameter p;
     p.name = name;
     p.module = module;
@@ -117,7 +130,8 @@ class ModelParser {
 
   std::int64_t positive(const JsonReader& node, const char* key) {
     std::int64_t value = node.at(key).as_int();
-    if (value <= 0) node.at(key).fail(fmt::format("expected a positive integer, got {}", value));
+    if (value <= 0 || value > kMaxExtent)
+      node.at(key).fail(fmt::format("expected a positive integer up to 2^31, got {}", value));
     return value;
   }
 
@@ -133,8 +147,8 @@ class ModelParser {
         m.bias = node.get_bool("bias", true);
         const std::int64_t in = m.in_features, out = m.out_features;
         const bool bias = m.bias;
-        add_param(index, "weight", {out, in}, dtype);
-        if (bias) add_param(index, "bias", {out}, dtype);
+        add_param(node, index, "weight", {out, in}, dtype);
+        if (bias) add_param(node, index, "bias", {out}, dtype);
         break;
       }
       case LeafKind::rms_norm:
@@ -150,8 +164,8 @@ class ModelParser {
         m.dim = positive(node, key);
         const std::int64_t dim = m.dim;
         if (node.get_bool("elementwise_affine", true)) {
-          add_param(index, "weight", {dim}, dtype);
-          if (kind == LeafKind::layer_norm && node.get_bool("bias", true)) add_param(index, "bias", {dim}, dtype);
+          add_param(node, index, "weight", {dim}, dtype);
+          if (kind == LeafKind::layer_norm && node.get_bool("bias", true)) add_param(node, index, "bias", {dim}, dtype);
         }
         break;
       }
@@ -161,7 +175,7 @@ class ModelParser {
         m.embedding_dim = positive(node, "embedding_dim");
         m.sparse = node.get_bool("sparse", false);
         const std::int64_t rows = m.num_embeddings, cols = m.embedding_dim;
-        add_param(index, "weight", {rows, cols}, dtype);
+        add_param(node, index, "weight", {rows, cols}, dtype);
         break;
       }
       case LeafKind::attention: {
@@ -193,18 +207,19 @@ class ModelParser {
   void parse_parameter(const JsonReader& node, int module) {
     node.allow_only({"name", "shape", "dtype", "requires_grad"});
     std::string name = node.at("name").as_string();
-    if (name.empty() || name.find('.') != std::string::npos) node.at("name").fail("a parameter name must be non-empty and contain no '.'");
+    if (name.empty() || name.find('.') != std::string::npos)
+      node.at("name").fail("a parameter name must be non-empty and contain no '.'");
     JsonReader shape_node = node.at("shape");
     shape_node.expect_array();
     std::vector<std::int64_t> shape;
     for (std::size_t i = 0; i < shape_node.size(); ++i) {
       std::int64_t extent = shape_node.at(i).as_int();
-      if (extent <= 0) shape_node.at(i).fail("expected a positive extent");
+      if (extent <= 0 || extent > kMaxExtent) shape_node.at(i).fail("expected a positive extent up to 2^31");
       shape.push_back(extent);
     }
     for (int existing : model_.modules[module].params)
       if (model_.params[existing].name == name) node.at("name").fail(fmt::format("duplicate parameter \"{}\"", name));
-    add_param(module, name, std::move(shape), dtype_field(node, "dtype", default_dtype_),
+    add_param(node, module, name, std::move(shape), dtype_field(node, "dtype", default_dtype_),
               node.get_bool("requires_grad", true));
   }
 
@@ -345,7 +360,8 @@ class ModelParser {
     for (int i = static_cast<int>(model_.modules.size()) - 1; i >= 0; --i) {
       Module& m = model_.modules[i];
       m.subtree_end = i + 1;
-      for (int child : m.children) m.subtree_end = std::max<std::int64_t>(m.subtree_end, model_.modules[child].subtree_end);
+      for (int child : m.children)
+        m.subtree_end = std::max<std::int64_t>(m.subtree_end, model_.modules[child].subtree_end);
     }
     std::vector<Parameter> ordered;
     std::vector<int> remap(model_.params.size());

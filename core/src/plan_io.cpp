@@ -3,6 +3,7 @@
 #include "stratsim/core/enum_names.hpp"
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/json_reader.hpp"
+#include "stratsim/core/limits.hpp"
 #include "stratsim/core/plan.hpp"
 
 namespace stratsim::core {
@@ -483,9 +484,10 @@ Plan parse_plan(const JsonReader& doc) {
   if (plan.world_size <= 0 || plan.world_size > (1 << 24)) doc.at("world_size").fail("expected a positive rank count");
   parse_mesh(doc, plan);
   plan.batch_size = doc.get_int("batch_size", 1);
-  if (plan.batch_size <= 0) doc.at("batch_size").fail("expected a positive integer");
+  if (plan.batch_size <= 0 || plan.batch_size > kMaxExtent)
+    doc.at("batch_size").fail("expected a positive integer up to 2^31");
   plan.seq_len = doc.get_int("seq_len", 0);
-  if (plan.seq_len < 0) doc.at("seq_len").fail("expected a positive integer");
+  if (plan.seq_len < 0 || plan.seq_len > kMaxExtent) doc.at("seq_len").fail("expected a positive integer up to 2^31");
   plan.input_requires_grad = doc.get_bool("input_requires_grad", false);
   plan.iterations = static_cast<int>(doc.get_int("iterations", 0));
   if (plan.iterations < 0 || plan.iterations > 1000) doc.at("iterations").fail("expected 1 to 1000");

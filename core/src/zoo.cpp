@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "stratsim/core/errors.hpp"
+#include "stratsim/core/limits.hpp"
 #include "stratsim/core/model_io.hpp"
 
 namespace stratsim::core {
@@ -38,8 +39,9 @@ json unit_module(const std::string& name) {
 }
 
 json simple_mlp(const std::string& name) {
-  return container(name, "SimpleMLP",
-                   {linear("net1", 50, 32), leaf("relu", "ReLU"), linear("net2", 32, 8), functional("sigmoid", "Sigmoid")});
+  return container(
+      name, "SimpleMLP",
+      {linear("net1", 50, 32), leaf("relu", "ReLU"), linear("net2", 32, 8), functional("sigmoid", "Sigmoid")});
 }
 
 json mlp_module(const std::string& name) {
@@ -57,10 +59,14 @@ std::int64_t option_int(const std::map<std::string, std::string>& options, const
   try {
     std::size_t used = 0;
     long long value = std::stoll(it->second, &used);
-    if (used == it->second.size() && value > 0) return value;
+    // Layers are checked here, before a model of them is written out: each adds modules, and the
+    // model's limit (2^18 modules) would only be reached after generating it.
+    const std::int64_t most = key == "layers" ? kMaxZooLayers : kMaxExtent;
+    if (used == it->second.size() && value > 0 && value <= most) return value;
   } catch (const std::exception&) {
   }
-  throw InputError(fmt::format("zoo option {}: expected a positive integer, got \"{}\"", key, it->second));
+  throw InputError(fmt::format("zoo option {}: expected a positive integer up to {}, got \"{}\"", key,
+                               key == "layers" ? kMaxZooLayers : kMaxExtent, it->second));
 }
 
 void check_options(const std::map<std::string, std::string>& options, std::initializer_list<const char*> allowed) {
@@ -99,9 +105,11 @@ json transformer_from_options(const std::map<std::string, std::string>& options,
     config.dtype = it->second;
   }
   if (config.hidden % config.heads != 0)
-    throw InputError(fmt::format("zoo option heads: hidden {} is not divisible by heads {}", config.hidden, config.heads));
+    throw InputError(
+        fmt::format("zoo option heads: hidden {} is not divisible by heads {}", config.hidden, config.heads));
   if (config.heads % config.kv_heads != 0)
-    throw InputError(fmt::format("zoo option kv_heads: heads {} is not divisible by kv_heads {}", config.heads, config.kv_heads));
+    throw InputError(
+        fmt::format("zoo option kv_heads: heads {} is not divisible by kv_heads {}", config.heads, config.kv_heads));
   return transformer_document(config);
 }
 
@@ -125,13 +133,13 @@ std::vector<ZooEntry> make_zoo() {
     entries.push_back({std::move(name), std::move(description), "",
                        [doc](const std::map<std::string, std::string>&) { return doc; }});
   };
-  entries.push_back({"Net", "test_replicate_with_compiler.py: fc1..fc4 = Linear(DIM, DIM), DIM=2000", "dim=2000",
-                     [](const auto& o) {
-                       check_options(o, {"dim"});
-                       return net(option_int(o, "dim", 2000), false);
-                     }});
-  entries.push_back({"NetCheckpoint", "Net(checkpoint=True): fc1 runs under checkpoint(use_reentrant=False)", "dim=2000",
-                     [](const auto& o) {
+  entries.push_back(
+      {"Net", "test_replicate_with_compiler.py: fc1..fc4 = Linear(DIM, DIM), DIM=2000", "dim=2000", [](const auto& o) {
+         check_options(o, {"dim"});
+         return net(option_int(o, "dim", 2000), false);
+       }});
+  entries.push_back({"NetCheckpoint", "Net(checkpoint=True): fc1 runs under checkpoint(use_reentrant=False)",
+                     "dim=2000", [](const auto& o) {
                        check_options(o, {"dim"});
                        return net(option_int(o, "dim", 2000), true);
                      }});
@@ -159,15 +167,20 @@ std::vector<ZooEntry> make_zoo() {
         {{"name", "MLPModule"}, {"modules", mlp_module("")["children"]}});
   fixed("RMSNormPython", "common_dtensor.RMSNormPython(10)",
         {{"name", "RMSNormPython"}, {"modules", {rmsnorm_python("norm", 10)}}});
-  fixed("SimpleModel", "test_fsdp_tp_integration.py SimpleModel: net1 Linear(5,8), ReLU, net2 Linear(8,4), net3 Linear(4,12)",
+  fixed("SimpleModel",
+        "test_fsdp_tp_integration.py SimpleModel: net1 Linear(5,8), ReLU, net2 Linear(8,4), net3 Linear(4,12)",
         {{"name", "SimpleModel"},
          {"modules", {linear("net1", 5, 8), leaf("relu", "ReLU"), linear("net2", 8, 4), linear("net3", 4, 12)}}});
-  fixed("TestModel", "test_fsdp_tp_extension_grad: mlp = MLPModule, mlp_norm = RMSNormPython(10); forward mlp(mlp_norm(x))",
-        {{"name", "TestModel"}, {"modules", {mlp_module("mlp"), rmsnorm_python("mlp_norm", 10)}}, {"forward", {"mlp_norm", "mlp"}}});
+  fixed("TestModel",
+        "test_fsdp_tp_extension_grad: mlp = MLPModule, mlp_norm = RMSNormPython(10); forward mlp(mlp_norm(x))",
+        {{"name", "TestModel"},
+         {"modules", {mlp_module("mlp"), rmsnorm_python("mlp_norm", 10)}},
+         {"forward", {"mlp_norm", "mlp"}}});
   const std::string transformer_options =
       "layers,hidden,heads,kv_heads,ffn,vocab,seq,style=llama|gpt,dtype,norm=eager|fused";
   entries.push_back({"gpt", "decoder-only transformer; defaults LLaMA-7B-like (32 x 4096, ffn 11008, seq 2048)",
-                     transformer_options, [](const auto& o) { return transformer_from_options(o, TransformerConfig{}); }});
+                     transformer_options,
+                     [](const auto& o) { return transformer_from_options(o, TransformerConfig{}); }});
   entries.push_back({"llama2-7b", "LLaMA-2 7B: 32 layers, hidden 4096, 32 heads, ffn 11008, vocab 32000, seq 4096",
                      transformer_options, [](const auto& o) {
                        return transformer_from_options(o, preset("llama", 32, 4096, 32, 32, 11008, 32000, 4096));
@@ -238,7 +251,8 @@ json gpt_block(const std::string& name, const TransformerConfig& c) {
   json attention = container("attn", "CausalSelfAttention",
                              {linear("c_attn", c.hidden, 3 * c.hidden), sdpa(c.heads, c.heads, head_dim),
                               linear("c_proj", c.hidden, c.hidden)});
-  json mlp = container("mlp", "MLP", {linear("c_fc", c.hidden, c.ffn), leaf("gelu", "GELU"), linear("c_proj", c.ffn, c.hidden)});
+  json mlp = container("mlp", "MLP",
+                       {linear("c_fc", c.hidden, c.ffn), leaf("gelu", "GELU"), linear("c_proj", c.ffn, c.hidden)});
   json block = container(name, "Block",
                          {{{"name", "ln_1"}, {"type", "LayerNorm"}, {"dim", c.hidden}},
                           attention,

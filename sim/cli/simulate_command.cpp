@@ -46,9 +46,9 @@ struct SimulateArgs {
 std::map<core::CollectiveKind, sim::Algorithm> parse_algorithms(const std::vector<std::string>& items) {
   // Named as the core names them (collective_kind_name), so the two never drift apart.
   std::map<std::string, core::CollectiveKind, std::less<>> kinds;
-  for (core::CollectiveKind kind : {core::CollectiveKind::all_reduce, core::CollectiveKind::all_gather,
-                                    core::CollectiveKind::reduce_scatter, core::CollectiveKind::broadcast,
-                                    core::CollectiveKind::all_to_all})
+  for (core::CollectiveKind kind :
+       {core::CollectiveKind::all_reduce, core::CollectiveKind::all_gather, core::CollectiveKind::reduce_scatter,
+        core::CollectiveKind::broadcast, core::CollectiveKind::all_to_all})
     kinds.emplace(core::collective_kind_name(kind), kind);
   std::map<core::CollectiveKind, sim::Algorithm> result;
   for (const std::string& item : items) {
@@ -56,14 +56,16 @@ std::map<core::CollectiveKind, sim::Algorithm> parse_algorithms(const std::vecto
     const std::string kind = item.substr(0, eq), name = eq == std::string::npos ? "" : item.substr(eq + 1);
     const auto k = kinds.find(kind);
     if (eq == std::string::npos || k == kinds.end())
-      throw InputError(fmt::format("--algorithm {}: expected KIND=ALGORITHM with KIND one of all_reduce, all_gather, "
-                                   "reduce_scatter, broadcast, all_to_all",
-                                   item));
+      throw InputError(
+          fmt::format("--algorithm {}: expected KIND=ALGORITHM with KIND one of all_reduce, all_gather, "
+                      "reduce_scatter, broadcast, all_to_all",
+                      item));
     const auto algorithm = sim::parse_algorithm(name);
     if (!algorithm)
-      throw InputError(fmt::format("--algorithm {}: unknown algorithm \"{}\" (expected auto, ring, tree, rhd, direct, "
-                                   "hierarchical)",
-                                   item, name));
+      throw InputError(
+          fmt::format("--algorithm {}: unknown algorithm \"{}\" (expected auto, ring, tree, rhd, direct, "
+                      "hierarchical)",
+                      item, name));
     if (*algorithm != sim::Algorithm::automatic && !sim::implements(*algorithm, k->second))
       throw InputError(fmt::format("--algorithm {}: {} does not implement {}", item, name, kind));
     result[k->second] = *algorithm;
@@ -84,7 +86,8 @@ std::map<int, double> parse_stragglers(const std::vector<std::string>& items) {
       if (used != item.size() - eq - 1) throw std::invalid_argument(item);
       result[rank] = factor;
     } catch (const std::logic_error&) {
-      throw InputError(fmt::format("--straggler {}: expected RANK=FACTOR, e.g. 3=1.5 (rank 3 computes 1.5x slower)", item));
+      throw InputError(
+          fmt::format("--straggler {}: expected RANK=FACTOR, e.g. 3=1.5 (rank 3 computes 1.5x slower)", item));
     }
   }
   return result;
@@ -112,6 +115,9 @@ int run_simulate(const SimulateArgs& args) {
   plan_options.iterations = args.iterations;
   const core::PlanResult planned = core::plan_training(model, plan, plan_options);
   const sim::SimResult result = sim::simulate(planned.program, platform, options);
+  // Host time on stderr: the report itself is byte-identical for the same inputs.
+  if (!args.quiet)
+    std::cerr << fmt::format("stratsim simulate: simulated in {}\n", core::format_seconds(result.wall_seconds));
   write_run_outputs({args.json, args.output, args.trace, args.timeline}, planned.program, result,
                     core::workload_of(model, plan));
   return 0;
@@ -136,18 +142,24 @@ const Register simulate_command("simulate", [](CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("simulate", "Simulate the plan's training steps on a modelled cluster (SimGrid)");
   cmd->add_option("--model", args->model, "Model file (JSON/YAML) or zoo:NAME[:key=value,...]")->capture_default_str();
   cmd->add_option("--plan", args->plan, "Plan file (JSON/YAML) or builtin:NAME")->capture_default_str();
-  cmd->add_option("--platform", args->platform, "Platform: preset[:key=value,...], SimGrid .xml or .json/.yaml file (see `stratsim platforms`)")
+  cmd->add_option("--platform", args->platform,
+                  "Platform: preset[:key=value,...], SimGrid .xml or .json/.yaml file (see `stratsim platforms`)")
       ->capture_default_str();
-  cmd->add_option("--iterations", args->iterations, "Training micro-steps (default: the plan's, else 3)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--iterations", args->iterations, "Training micro-steps (default: the plan's, else 3)")
+      ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", args->json, "Write the JSON report instead of text");
   cmd->add_option("-o,--output", args->output, "Write the report to this file instead of standard output");
   cmd->add_option("--trace", args->trace, "Write a Chrome-trace JSON timeline (Perfetto, chrome://tracing, HTA)");
   cmd->add_option("--timeline", args->timeline, "Write the stratsim timeline JSON (the viewer's format)");
-  cmd->add_option("--algorithm", args->algorithms, "Force an algorithm: KIND=ring|tree|rhd|direct|hierarchical|auto (repeatable)");
-  cmd->add_option("--compute-model", args->compute_model, "JSON/YAML file overriding the roofline efficiencies per op class");
-  cmd->add_option("--ranks", args->ranks, "auto | representative (one simulated rank stands for all) | full (every rank)")
+  cmd->add_option("--algorithm", args->algorithms,
+                  "Force an algorithm: KIND=ring|tree|rhd|direct|hierarchical|auto (repeatable)");
+  cmd->add_option("--compute-model", args->compute_model,
+                  "JSON/YAML file overriding the roofline efficiencies per op class");
+  cmd->add_option("--ranks", args->ranks,
+                  "auto | representative (one simulated rank stands for all) | full (every rank)")
       ->capture_default_str();
-  cmd->add_option("--straggler", args->stragglers, "RANK=FACTOR: that rank computes FACTOR times slower (repeatable; full mode)");
+  cmd->add_option("--straggler", args->stragglers,
+                  "RANK=FACTOR: that rank computes FACTOR times slower (repeatable; full mode)");
   cmd->add_flag("--no-fold", args->no_fold,
                 "Representative mode: simulate every node's flows instead of folding the network by node symmetry");
   cmd->add_flag("--quiet", args->quiet, "No progress bar");

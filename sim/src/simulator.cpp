@@ -6,10 +6,12 @@
 // some platform errors) becomes an error here instead of killing the caller.
 #include "stratsim/sim/simulator.hpp"
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -73,11 +75,14 @@ std::string read_all(int fd) {
 
 void validate(const core::Program& program, const PlatformSpec& platform, const SimOptions& options) {
   // An XML platform's device count is known only once SimGrid has loaded it (run_engine checks).
-  if (platform.kind != PlatformKind::xml) detail::require_devices(platform, platform.device_count(), program.world_size);
+  if (platform.kind != PlatformKind::xml)
+    detail::require_devices(platform, platform.device_count(), program.world_size);
   for (const auto& [rank, factor] : options.stragglers) {
     if (rank < 0 || rank >= program.world_size)
-      throw core::InputError(fmt::format("straggler rank {} is outside the world of {} ranks", rank, program.world_size));
-    if (!(factor >= 1.0)) throw core::InputError(fmt::format("straggler factor {} for rank {} must be >= 1", factor, rank));
+      throw core::InputError(
+          fmt::format("straggler rank {} is outside the world of {} ranks", rank, program.world_size));
+    if (!(factor >= 1.0))
+      throw core::InputError(fmt::format("straggler factor {} for rank {} must be >= 1", factor, rank));
   }
   // NVLS needs an NVSwitch that reduces: a generated GPU node whose cost model has network.nvls.
   for (const auto& [kind, algorithm] : options.algorithms)
@@ -112,9 +117,14 @@ SimResult simulate(const core::Program& program, const PlatformSpec& platform, c
   if (::pipe(fds) != 0) throw std::runtime_error("simulate: cannot create a pipe");
   std::fflush(stdout);
   std::fflush(stderr);
+  const pid_t parent = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) throw std::runtime_error("simulate: cannot fork the simulation process");
   if (child == 0) {
+    // Die with the caller: a `simulate` ended by a signal must not leave SimGrid running (the
+    // check after prctl covers a caller that died before it took effect).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
     ::close(fds[0]);
     child_main(fds[1], program, platform, options);
   }

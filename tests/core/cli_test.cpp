@@ -44,7 +44,8 @@ TEST(Cli, JsonReportHasTheDocumentedFields) {
   EXPECT_EQ(doc["counts"]["c10d._allgather_base_"], 1);
   EXPECT_EQ(doc["counts"]["c10d._reduce_scatter_base_"], 1);
   const auto& first = doc["iterations"][0]["collectives"][0];
-  for (const char* key : {"op", "kind", "group", "ranks", "bytes", "dtype", "phase", "params"}) EXPECT_TRUE(first.contains(key)) << key;
+  for (const char* key : {"op", "kind", "group", "ranks", "bytes", "dtype", "phase", "params"})
+    EXPECT_TRUE(first.contains(key)) << key;
   EXPECT_EQ(first["kind"], "all_gather");
   EXPECT_EQ(first["bytes"], 752);
   EXPECT_EQ(first["ranks"], nlohmann::json({0, 2}));
@@ -107,9 +108,9 @@ TEST(Cli, SameInputsGiveByteIdenticalOutput) {
 TEST(Cli, ZooListsTheSeedModels) {
   CliRun r = run("zoo");
   ASSERT_EQ(r.code, 0);
-  for (const char* name : {"Net", "NetCheckpoint", "SimpleMLP", "WrapperModule", "UnitModule", "CompositeModel",
-                           "CompositeParamModel", "SaveForwardInputsModel", "MLPModule", "RMSNormPython", "SimpleModel",
-                           "TestModel", "gpt", "llama2-7b"})
+  for (const char* name :
+       {"Net", "NetCheckpoint", "SimpleMLP", "WrapperModule", "UnitModule", "CompositeModel", "CompositeParamModel",
+        "SaveForwardInputsModel", "MLPModule", "RMSNormPython", "SimpleModel", "TestModel", "gpt", "llama2-7b"})
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
 }
 
@@ -142,28 +143,32 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"plan --plan " + data("bad_syntax.json"), "bad_syntax.json: line 3, column 1: invalid JSON"},
         BadInput{"plan --plan " + data("bad_syntax.yaml"), "bad_syntax.yaml: line 4"},
         BadInput{"plan --plan " + data("unknown_field.json"), "steps[0].replicate.bucket_cap: unknown field"},
-        BadInput{"plan --plan " + data("wrong_type.json"), "steps[0].replicate.bucket_cap_mb: expected a number, got the string \"big\""},
-        BadInput{"plan --plan " + data("impossible_mesh.json"), "impossible_mesh.json: mesh: mesh shape multiplies to 6 ranks but world_size is 4"},
+        BadInput{"plan --plan " + data("wrong_type.json"),
+                 "steps[0].replicate.bucket_cap_mb: expected a number, got the string \"big\""},
+        BadInput{"plan --plan " + data("impossible_mesh.json"),
+                 "impossible_mesh.json: mesh: mesh shape multiplies to 6 ranks but world_size is 4"},
         BadInput{"plan --model zoo:CompositeModel --plan " + data("replicate_after_fully_shard.json"),
                  "steps[1] (replicate): Cannot apply `replicate()` on a Module already managed by `fully_shard`"},
         BadInput{"plan --plan " + data("bad_device_id.json"),
                  "steps[0] (replicate): Expected device_id to be int or torch.device, but got <class 'list'>"},
-        BadInput{"plan --plan " + data("missing_module.json"), "steps[0] (replicate): module \"nope\" is not a submodule of Net"},
-        BadInput{"plan --model zoo:SimpleMLP --plan " + data("tp_on_relu.json"), "ColwiseParallel currently only support nn.Linear and nn.Embedding!"},
+        BadInput{"plan --plan " + data("missing_module.json"),
+                 "steps[0] (replicate): module \"nope\" is not a submodule of Net"},
+        BadInput{"plan --model zoo:SimpleMLP --plan " + data("tp_on_relu.json"),
+                 "ColwiseParallel currently only support nn.Linear and nn.Embedding!"},
         BadInput{"plan --model " + data("unknown_module_type.json"), "modules[0].type: unknown module type \"Conv2d\""},
-        BadInput{"plan --model " + data("bad_linear.json"), "modules[0].in_features: expected a positive integer, got 0"},
+        BadInput{"plan --model " + data("bad_linear.json"),
+                 "modules[0].in_features: expected a positive integer up to 2^31, got 0"},
         BadInput{"plan --model " + data("no_such_file.json"), "no_such_file.json: cannot open file"},
         BadInput{"plan --model zoo:Nope", "zoo:Nope: no built-in model \"Nope\""},
         BadInput{"plan --model zoo:gpt:layers=x", "zoo option layers: expected a positive integer"},
         BadInput{"plan --plan builtin:nope", "builtin:nope: no built-in plan \"nope\""},
         BadInput{"plan --rank 7", "--rank 7 is outside the world of 2 ranks"},
-        BadInput{"plan --iterations 0", "--iterations"},
-        BadInput{"plan --bogus", "--bogus"}));
+        BadInput{"plan --iterations 0", "--iterations"}, BadInput{"plan --bogus", "--bogus"}));
 
 TEST(Cli, YamlAndJsonModelsAgree) {
   CliRun r = run("plan --model " + data("tiny_model.json") + " --plan builtin:ddp --json");
   ASSERT_EQ(r.code, 0) << r.out;
   auto doc = nlohmann::json::parse(r.out);
-  EXPECT_EQ(doc["ddp"][0]["param_names"],
-            nlohmann::json({"scale", "fc1.weight", "fc1.bias", "block.0.weight", "block.1.weight", "head.weight", "head.bias"}));
+  EXPECT_EQ(doc["ddp"][0]["param_names"], nlohmann::json({"scale", "fc1.weight", "fc1.bias", "block.0.weight",
+                                                          "block.1.weight", "head.weight", "head.bias"}));
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -11,8 +12,31 @@
 
 #include "compute_cost.hpp"
 #include "stratsim/core/errors.hpp"
+#include "stratsim/core/limits.hpp"
 
 namespace stratsim::core::planner {
+
+namespace {
+
+// Every activation is at most (batch x sequence) rows of the model's widest layer; past
+// kMaxTensorElements the plan is refused before any size is computed (README.md "Limits").
+void check_activation_size(const Model& model, const std::vector<std::int64_t>& input_shape) {
+  std::int64_t widest = 1;
+  for (const Module& m : model.modules)
+    for (std::int64_t width : {m.in_features, m.out_features, m.dim, m.embedding_dim, m.num_embeddings,
+                               m.heads * m.head_dim, m.kv_heads * m.head_dim})
+      widest = std::max(widest, width);
+  std::optional<std::int64_t> elements = widest;
+  for (std::size_t d = 0; d + 1 < input_shape.size(); ++d)
+    if (elements) elements = checked_product(*elements, input_shape[d]);
+  if (!elements || *elements > kMaxTensorElements)
+    throw InputError(fmt::format(
+        "batch_size {}{} x the model's widest layer ({} features) is more than 2^48 elements per activation "
+        "(stratsim's limit per tensor)",
+        input_shape[0], input_shape.size() > 2 ? fmt::format(" x seq_len {}", input_shape[1]) : "", widest));
+}
+
+}  // namespace
 
 Walk::Walk(const Model& model, const Plan& plan, const PlanOptions& options)
     : context_(model, plan, options),
@@ -702,6 +726,7 @@ void Walk::run_iteration() {
   act.id = context_.fresh_tensor();  // the model input: ops that save it share it
   if (seq > 0) act.shape = {plan.batch_size, seq, model.token_input ? 1 : model.input_features};
   else act.shape = {plan.batch_size, model.input_features};
+  check_activation_size(model, act.shape);
   forward_module(0, act, Mode::normal);
   context_.first_iteration_done = true;
 

@@ -17,6 +17,9 @@ namespace stratsim::core {
 nlohmann::json load_document(const std::string& path);
 // Same for text already in memory; `origin` names it in errors.
 nlohmann::json parse_document(const std::string& text, const std::string& origin, bool yaml);
+// Refuses, in one InputError naming `origin` (and the line), a document past limits.hpp's size or
+// nesting depth; parse_document checks it first.
+void check_document_limits(const std::string& text, const std::string& origin);
 
 class JsonReader {
  public:
@@ -28,8 +31,8 @@ class JsonReader {
 
   bool has(const std::string& key) const;
   JsonReader at(const std::string& key) const;  // required member
-  JsonReader at(std::size_t index) const;        // array element
-  std::size_t size() const;                      // array or object size
+  JsonReader at(std::size_t index) const;       // array element
+  std::size_t size() const;                     // array or object size
 
   void expect_object() const;
   void expect_array() const;
