@@ -2,6 +2,8 @@
 // whole or not at all, so a failure never leaves a partial output behind.
 #include "stratsim/cli/command.hpp"
 
+#include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -17,8 +19,36 @@
 
 namespace stratsim::cli {
 
+CLI::Validator finite_at_least(double low, bool strictly) {
+  return CLI::Validator(
+      [low, strictly](std::string& text) -> std::string {
+        double value = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        const bool ok = error == std::errc() && end == text.data() + text.size() && std::isfinite(value) &&
+                        (strictly ? value > low : value >= low);
+        return ok ? "" : fmt::format("expected a finite number {} {}, got {}", strictly ? ">" : ">=", low, text);
+      },
+      strictly ? fmt::format("NUMBER > {}", low) : fmt::format("NUMBER >= {}", low));
+}
+
+// One line of readable text whatever the input held: control characters and bytes outside ASCII
+// escaped (a raw 0xFF or a newline from a YAML key would otherwise break the line or the
+// terminal), and a huge message (a 1 MB bad string) cut short.
+std::string one_line(const std::string& message) {
+  constexpr std::size_t kMost = 1000;
+  std::string out;
+  for (const char c : message) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte == '\n') out += "\\n";
+    else if (byte < 0x20 || byte >= 0x7f) out += fmt::format("\\x{:02X}", byte);
+    else out += c;
+    if (out.size() > kMost) return out.substr(0, kMost) + "...";
+  }
+  return out;
+}
+
 void print_error(const std::string& message) {
-  const std::string line = "stratsim: error: " + message + "\n";
+  const std::string line = "stratsim: error: " + one_line(message) + "\n";
   std::size_t written = 0;
   while (written < line.size()) {
     const ssize_t n = ::write(STDERR_FILENO, line.data() + written, line.size() - written);

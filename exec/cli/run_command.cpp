@@ -272,7 +272,7 @@ const Register run_registration("run", [](CLI::App& app) {
   cmd->add_option("--compute", args->compute, "gemm (real GEMMs of each op's FLOPs) | wait (calibrated sleep) | skip")
       ->capture_default_str();
   cmd->add_option("--compute-scale", args->compute_scale, "Multiply every compute op's FLOPs by this")
-      ->check(CLI::PositiveNumber)
+      ->check(finite_at_least(0, /*strictly=*/true))
       ->capture_default_str();
   cmd->add_option("--timeout", args->timeout,
                   "Seconds a rank waits for a peer (rendezvous, collectives) before failing")
@@ -291,10 +291,10 @@ const Register run_registration("run", [](CLI::App& app) {
   cmd->add_option("--seed", args->seed, "--train: seed of the initial parameters and the synthetic batches")
       ->capture_default_str();
   cmd->add_option("--atol", args->atol, "--train: absolute tolerance per element")
-      ->check(CLI::NonNegativeNumber)
+      ->check(finite_at_least(0))
       ->capture_default_str();
   cmd->add_option("--rtol", args->rtol, "--train: relative tolerance per element")
-      ->check(CLI::NonNegativeNumber)
+      ->check(finite_at_least(0))
       ->capture_default_str();
   cmd->add_option("--trace", args->trace, "Write a Chrome-trace JSON timeline (Perfetto, chrome://tracing, HTA)");
   cmd->add_option("--timeline", args->timeline, "Write the stratsim timeline JSON (the viewer's format)");

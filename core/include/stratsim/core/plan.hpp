@@ -16,6 +16,9 @@
 namespace stratsim::core {
 
 // Behaviour that changed between PyTorch releases (see README "PyTorch versions").
+// The newest PyTorch 2.x whose rules stratsim knows (the golden vectors' release).
+inline constexpr int kNewestTorchMinor = 15;
+
 struct TorchVersion {
   int major = 2, minor = 4;
   // PR #121640 (2.5+): an explicit bucket_cap_mb also caps the first rebuilt bucket.

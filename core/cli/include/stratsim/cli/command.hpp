@@ -36,6 +36,10 @@ struct Register {
   Register(std::string name, Registrar registrar) { registrars().emplace_back(std::move(name), std::move(registrar)); }
 };
 
+// A number option that must be finite and at least `low` (CLI11's PositiveNumber and Range let NaN
+// through: every comparison with it is false).
+CLI::Validator finite_at_least(double low, bool strictly = false);
+
 // Prints "stratsim: error: MESSAGE" on stderr in one write, so the errors of ranks that fail at
 // once (stratsim run) never interleave mid-line.
 void print_error(const std::string& message);
