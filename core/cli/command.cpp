@@ -57,6 +57,28 @@ void print_error(const std::string& message) {
   }
 }
 
+void check_outputs_writable(const RunOutputs& outputs) {
+  for (const std::string& path : {outputs.output, outputs.trace, outputs.timeline}) {
+    if (path.empty()) continue;
+    std::error_code error;
+    const auto status = std::filesystem::status(path, error);
+    if (!error && std::filesystem::is_directory(status))
+      throw core::InputError(fmt::format("{}: cannot write file (it is a directory)", path));
+    if (!error && std::filesystem::exists(status)) {
+      if (::access(path.c_str(), W_OK) != 0) throw core::InputError(fmt::format("{}: cannot write file", path));
+      continue;
+    }
+    // A new file: its directory must exist and take new files (the temporary beside it, then the rename).
+    std::filesystem::path directory = std::filesystem::path(path).parent_path();
+    if (directory.empty()) directory = ".";
+    if (!std::filesystem::is_directory(directory, error))
+      throw core::InputError(fmt::format("{}: cannot write file (no directory {})", path, directory.string()));
+    if (::access(directory.c_str(), W_OK | X_OK) != 0)
+      throw core::InputError(
+          fmt::format("{}: cannot write file (directory {} is not writable)", path, directory.string()));
+  }
+}
+
 void write_atomically(const std::string& path, const std::string& text) {
   using core::InputError;
   std::error_code error;

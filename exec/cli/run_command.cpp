@@ -162,6 +162,8 @@ int train_rank(const RunArgs& args, exec::Backend& backend, const Planned& plann
 }
 
 int run_rank(const RunArgs& args, int rank, int world_size) {
+  // Started by torchrun or srun: rank 0 writes the outputs, on its own host.
+  if (rank == 0) check_outputs_writable({args.json, args.output, args.trace, args.timeline});
   const Planned planned = plan_run(args, rank);
   if (planned.result.program.world_size != world_size)
     throw InputError(fmt::format("rank {}: the plan needs {} ranks but WORLD_SIZE is {}", rank,
@@ -214,6 +216,7 @@ int run_rank(const RunArgs& args, int rank, int world_size) {
 }
 
 int run_launcher(const RunArgs& args) {
+  check_outputs_writable({args.json, args.output, args.trace, args.timeline});  // rank 0 writes them, at the end
   const Planned planned = plan_run(args);  // bad inputs fail once, here, with exit status 2
   if (args.train) {
     const std::string why = exec::train_unsupported_reason(planned.model, planned.plan, planned.result);

@@ -101,6 +101,7 @@ sim::RankMode parse_mode(const std::string& text) {
 }
 
 int run_simulate(const SimulateArgs& args) {
+  check_outputs_writable({args.json, args.output, args.trace, args.timeline});
   const core::Model model = core::load_model(args.model);
   const core::Plan plan = core::load_plan(args.plan);
   sim::PlatformSpec platform = sim::parse_platform(args.platform);

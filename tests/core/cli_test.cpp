@@ -169,7 +169,11 @@ INSTANTIATE_TEST_SUITE_P(
                  "future_torch.json: torch_version: stratsim knows PyTorch's rules up to 2.15, got \"99.99\""},
         BadInput{"plan --json --plan " + data("raw_byte.yaml"), "raw_byte.yaml: \\xFF: unknown field"},
         BadInput{"run --compute-scale nan", "--compute-scale: expected a finite number > 0, got nan"},
-        BadInput{"run --train --atol inf", "--atol: expected a finite number >= 0, got inf"}));
+        BadInput{"run --train --atol inf", "--atol: expected a finite number >= 0, got inf"},
+        // Refused before the run, not after it.
+        BadInput{"run --trace /nonexistent/x", "/nonexistent/x: cannot write file (no directory /nonexistent)"},
+        BadInput{"simulate --trace /nonexistent/t.json", "/nonexistent/t.json: cannot write file (no directory"},
+        BadInput{"simulate --timeline /", "/: cannot write file (it is a directory)"}));
 
 TEST(Cli, YamlAndJsonModelsAgree) {
   CliRun r = run("plan --model " + data("tiny_model.json") + " --plan builtin:ddp --json");

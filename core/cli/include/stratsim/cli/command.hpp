@@ -57,6 +57,9 @@ struct RunOutputs {
   bool json = false;
   std::string output, trace, timeline;
 };
+// Refuses, before any work, an output whose directory does not exist or cannot be written (a run
+// of many minutes would otherwise fail only at its end). Throws core::InputError.
+void check_outputs_writable(const RunOutputs& outputs);
 // Analyses the run, renders everything, then writes all of it or nothing.
 void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
                        const core::Workload& workload);
