@@ -180,7 +180,7 @@ TEST(SimulateCli, ASignalledSimulateLeavesNoSimulationProcess) {
     ::_exit(127);
   }
   pid_t simulation = 0;
-  for (int i = 0; i < 1000 && simulation == 0; ++i) {
+  for (int i = 0; i < 3000 && simulation == 0; ++i) {  // up to 30 s: a sanitizer build plans slowly
     if (const auto found = children(pid); !found.empty()) simulation = found.front();
     else std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
