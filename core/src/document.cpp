@@ -6,14 +6,11 @@
 
 #include <fmt/format.h>
 
-#include <cstdio>
 #include <iterator>
-#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/json_reader.hpp"
-#include "stratsim/core/limits.hpp"
 
 namespace stratsim::core {
 namespace {
@@ -69,20 +66,6 @@ struct CountingIterator {
   friend bool operator==(const CountingIterator& a, const CountingIterator& b) { return a.at == b.at; }
 };
 
-std::string read_file(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!file) throw InputError(fmt::format("{}: cannot open file", path));
-  std::string text;
-  char buffer[1 << 16];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0;) {
-    text.append(buffer, n);
-    if (static_cast<std::int64_t>(text.size()) > kMaxDocumentBytes)
-      throw InputError(fmt::format("{}: larger than 1 GiB (stratsim's limit per document)", path));
-  }
-  if (std::ferror(file.get())) throw InputError(fmt::format("{}: cannot read file", path));
-  return text;
-}
-
 json parse_json(const std::string& text, const std::string& origin, ProgressPoint& point) {
   check_document_limits(text, origin);
   try {
@@ -119,7 +102,7 @@ Document document_from_json(json document, const std::string& origin) {
 }
 
 Document read_document(const std::string& path, const ReadProgress& progress) {
-  const std::string text = read_file(path);
+  const std::string text = read_text_file(path);
   ProgressPoint point(progress, text.size());
   point.report(0);
   json parsed = parse_json(text, path, point);

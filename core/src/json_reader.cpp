@@ -1,8 +1,8 @@
 #include "stratsim/core/json_reader.hpp"
 
 #include <charconv>
-#include <fstream>
-#include <sstream>
+#include <cstdio>
+#include <memory>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -148,17 +148,23 @@ nlohmann::json parse_document(const std::string& text, const std::string& origin
   }
 }
 
-nlohmann::json load_document(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot open file", path));
+std::string read_text_file(const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) throw InputError(fmt::format("{}: cannot open file", path));
   std::string text;
-  char chunk[1 << 16];
-  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
-    text.append(chunk, static_cast<std::size_t>(in.gcount()));
+  char buffer[1 << 16];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0;) {
+    text.append(buffer, n);
     // A device or a file that never ends (/dev/zero) stops here, not at the memory's end.
     if (static_cast<std::int64_t>(text.size()) > kMaxDocumentBytes)
       throw InputError(fmt::format("{}: larger than 1 GiB (stratsim's limit per document)", path));
   }
+  if (std::ferror(file.get())) throw InputError(fmt::format("{}: cannot read file", path));
+  return text;
+}
+
+nlohmann::json load_document(const std::string& path) {
+  const std::string text = read_text_file(path);
   bool yaml = looks_like_yaml(path);
   // A .yaml file that is really JSON parses either way; JSON is a subset of YAML 1.2.
   return parse_document(text, path, yaml);

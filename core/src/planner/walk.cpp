@@ -36,6 +36,13 @@ void check_activation_size(const Model& model, const std::vector<std::int64_t>& 
         input_shape[0], input_shape.size() > 2 ? fmt::format(" x seq_len {}", input_shape[1]) : "", widest));
 }
 
+// The model input as a plan feeds it: [batch, features], or [batch, seq, features | 1 token id].
+std::vector<std::int64_t> model_input_shape(const Plan& plan, const Model& model) {
+  const std::int64_t seq = plan.seq_len > 0 ? plan.seq_len : model.seq_len;
+  if (seq > 0) return {plan.batch_size, seq, model.token_input ? 1 : model.input_features};
+  return {plan.batch_size, model.input_features};
+}
+
 }  // namespace
 
 Walk::Walk(const Model& model, const Plan& plan, const PlanOptions& options)
@@ -99,6 +106,7 @@ void Walk::apply_plan() {
 
 void Walk::finish_setup() {
   const Model& model = context_.model;
+  check_activation_size(model, model_input_shape(context_.plan, model));  // once, before any op
   context_.used_in_forward.assign(model.params.size(), false);
   for (const ForwardStep& step : flat_forward(model)) {
     if (step.kind == ForwardStep::Kind::param_matmul) context_.used_in_forward[step.index] = true;
@@ -719,14 +727,11 @@ void Walk::run_iteration() {
   fsdp2_.begin_iteration();
   tp_.begin_iteration();
 
-  const std::int64_t seq = plan.seq_len > 0 ? plan.seq_len : model.seq_len;
   Activation act;
   act.dtype = context_.act_dtype();
   act.requires_grad = plan.input_requires_grad;
   act.id = context_.fresh_tensor();  // the model input: ops that save it share it
-  if (seq > 0) act.shape = {plan.batch_size, seq, model.token_input ? 1 : model.input_features};
-  else act.shape = {plan.batch_size, model.input_features};
-  check_activation_size(model, act.shape);
+  act.shape = model_input_shape(plan, model);
   forward_module(0, act, Mode::normal);
   context_.first_iteration_done = true;
 

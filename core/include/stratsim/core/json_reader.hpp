@@ -15,6 +15,8 @@ namespace stratsim::core {
 // Parses FILE as JSON or YAML (by extension; JSON is also accepted under .yaml) and converts YAML
 // to the same JSON value, so one reader handles both. Throws InputError with line and column.
 nlohmann::json load_document(const std::string& path);
+// A whole file's bytes, refused past limits.hpp's document size; InputError naming the path.
+std::string read_text_file(const std::string& path);
 // Same for text already in memory; `origin` names it in errors.
 nlohmann::json parse_document(const std::string& text, const std::string& origin, bool yaml);
 // Refuses, in one InputError naming `origin` (and the line), a document past limits.hpp's size or
