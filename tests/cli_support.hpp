@@ -18,10 +18,8 @@ struct CliRun {
   std::string out;  // stdout, plus stderr unless stdout_only
 };
 
-// stderr is merged unless `stdout_only` (sanitizer builds warn on stderr about SimGrid's stack
-// switching, which is not the tool's output).
-inline CliRun run_cli(const std::string& args, bool stdout_only = false) {
-  const std::string command = std::string(STRATSIM_BINARY) + " " + args + (stdout_only ? " 2>/dev/null" : " 2>&1");
+// Runs a shell command line and collects what it prints (its exit status, or -1 for a signal).
+inline CliRun run_shell(const std::string& command) {
   CliRun result;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return {-1, "popen failed"};
@@ -30,6 +28,12 @@ inline CliRun run_cli(const std::string& args, bool stdout_only = false) {
   const int status = pclose(pipe);
   result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+// stderr is merged unless `stdout_only` (sanitizer builds warn on stderr about SimGrid's stack
+// switching, which is not the tool's output).
+inline CliRun run_cli(const std::string& args, bool stdout_only = false) {
+  return run_shell(std::string(STRATSIM_BINARY) + " " + args + (stdout_only ? " 2>/dev/null" : " 2>&1"));
 }
 
 // A path in the temporary directory unique to this test process.

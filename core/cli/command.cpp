@@ -1,11 +1,9 @@
-// The stratsim command's output helpers, shared by every layer's subcommands: files are written
-// whole or not at all, so a failure never leaves a partial output behind.
+// The stratsim command's helpers shared by every layer's subcommands: option validators, the
+// one-line error, and a run's outputs (written through output_files.hpp, whole or not at all).
 #include "stratsim/cli/command.hpp"
 
 #include <charconv>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include <unistd.h>
@@ -58,68 +56,7 @@ void print_error(const std::string& message) {
 }
 
 void check_outputs_writable(const RunOutputs& outputs) {
-  for (const std::string& path : {outputs.output, outputs.trace, outputs.timeline}) {
-    if (path.empty()) continue;
-    std::error_code error;
-    const auto status = std::filesystem::status(path, error);
-    if (!error && std::filesystem::is_directory(status))
-      throw core::InputError(fmt::format("{}: cannot write file (it is a directory)", path));
-    if (!error && std::filesystem::exists(status)) {
-      if (::access(path.c_str(), W_OK) != 0) throw core::InputError(fmt::format("{}: cannot write file", path));
-      continue;
-    }
-    // A new file: its directory must exist and take new files (the temporary beside it, then the rename).
-    std::filesystem::path directory = std::filesystem::path(path).parent_path();
-    if (directory.empty()) directory = ".";
-    if (!std::filesystem::is_directory(directory, error))
-      throw core::InputError(fmt::format("{}: cannot write file (no directory {})", path, directory.string()));
-    if (::access(directory.c_str(), W_OK | X_OK) != 0)
-      throw core::InputError(
-          fmt::format("{}: cannot write file (directory {} is not writable)", path, directory.string()));
-  }
-}
-
-void write_atomically(const std::string& path, const std::string& text) {
-  using core::InputError;
-  std::error_code error;
-  // A device, pipe or socket (-o /dev/null, -o /dev/stdout, a FIFO) is written in place: renaming a
-  // file over it would replace the device itself (as root, /dev/null becomes a regular file).
-  const auto status = std::filesystem::status(path, error);
-  if (!error && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-    std::ofstream out(path, std::ios::binary);
-    if (!out || !(out << text) || !out.flush()) throw InputError(fmt::format("{}: cannot write file", path));
-    return;
-  }
-  // Beside the target (same file system, so the rename is atomic), named per process so that
-  // concurrent runs writing the same output never share a temporary file.
-  const std::string temporary = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary);
-    if (!out) throw InputError(fmt::format("{}: cannot write file", path));
-    out << text;
-    if (!out.flush()) throw InputError(fmt::format("{}: cannot write file", path));
-  }
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    std::filesystem::remove(temporary, error);
-    throw InputError(fmt::format("{}: cannot write file", path));
-  }
-}
-
-void write_all_or_nothing(const std::vector<std::pair<std::string, std::string>>& files) {
-  std::vector<std::string> written;
-  try {
-    for (const auto& [path, text] : files) {
-      write_atomically(path, text);
-      written.push_back(path);
-    }
-  } catch (const core::InputError&) {
-    // Only files this run created go; a device written in place (/dev/null) stays.
-    std::error_code error;
-    for (const std::string& path : written)
-      if (std::filesystem::is_regular_file(path, error)) std::filesystem::remove(path, error);
-    throw;
-  }
+  check_writable({outputs.output, outputs.trace, outputs.timeline});
 }
 
 void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,

@@ -24,7 +24,7 @@
 namespace {
 
 using namespace stratsim::core;
-using stratsim::cli::write_atomically;
+using stratsim::cli::write_all_or_nothing;
 
 struct PlanArgs {
   std::string model = "zoo:Net";
@@ -37,6 +37,7 @@ struct PlanArgs {
 };
 
 int run_plan(const PlanArgs& args) {
+  stratsim::cli::check_writable({args.output, args.emit_program});
   const Model model = load_model(args.model);
   const Plan plan = load_plan(args.plan);
   PlanOptions options;
@@ -47,18 +48,11 @@ int run_plan(const PlanArgs& args) {
   const std::string report =
       args.json ? json_report(model, plan, result).dump(2) + "\n" : text_report(model, plan, result);
   const std::string program = args.emit_program.empty() ? "" : program_to_json(result.program).dump(1) + "\n";
-  if (!args.emit_program.empty()) write_atomically(args.emit_program, program);
-  if (args.output.empty()) {
-    std::cout << report;
-    return 0;
-  }
-  try {
-    write_atomically(args.output, report);
-  } catch (const InputError&) {
-    // All or nothing: do not leave the program behind when the report could not be written.
-    if (!args.emit_program.empty()) std::filesystem::remove(args.emit_program);
-    throw;
-  }
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!args.emit_program.empty()) files.emplace_back(args.emit_program, program);
+  if (!args.output.empty()) files.emplace_back(args.output, report);
+  write_all_or_nothing(files);
+  if (args.output.empty()) std::cout << report;
   return 0;
 }
 

@@ -15,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "stratsim/cli/output_files.hpp"
 #include "stratsim/core/run_analysis.hpp"
 #include "stratsim/core/run_result.hpp"
 
@@ -44,21 +45,13 @@ CLI::Validator finite_at_least(double low, bool strictly = false);
 // once (stratsim run) never interleave mid-line.
 void print_error(const std::string& message);
 
-// Writes `text` to `path` all at once: a temporary file renamed into place, so a failure never
-// leaves a partial output behind. Throws core::InputError.
-void write_atomically(const std::string& path, const std::string& text);
-// Writes every (path, text) or none: a failure removes the files already written. Throws
-// core::InputError.
-void write_all_or_nothing(const std::vector<std::pair<std::string, std::string>>& files);
-
 // Where a run's outputs go (simulate, run): the report as text or JSON, to `output` or stdout,
 // plus an optional Chrome trace and timeline.
 struct RunOutputs {
   bool json = false;
   std::string output, trace, timeline;
 };
-// Refuses, before any work, an output whose directory does not exist or cannot be written (a run
-// of many minutes would otherwise fail only at its end). Throws core::InputError.
+// check_writable() for a run's outputs.
 void check_outputs_writable(const RunOutputs& outputs);
 // Analyses the run, renders everything, then writes all of it or nothing.
 void write_run_outputs(const RunOutputs& outputs, const core::Program& program, const core::RunResult& result,
