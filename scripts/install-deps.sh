@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian bookworm packages stratsim builds with. Idempotent; needs root (or sudo).
+# Usage: scripts/install-deps.sh [--fuzz]   (--fuzz: also clang and libFuzzer, for scripts/fuzz.sh)
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -10,6 +11,7 @@ packages=(
   qt6-base-dev qt6-base-dev-tools qt6-svg-dev fonts-dejavu-core libvalijson-dev
   python3
 )
+if [ "${1:-}" = "--fuzz" ]; then packages+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

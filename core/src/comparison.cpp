@@ -175,8 +175,10 @@ ComparedRun described(const RunReport& report) {
 }  // namespace
 
 RunReport run_report_from_json(json doc, const std::string& origin) {
-  if (!doc.is_object() || doc.value("format", "") != "stratsim.simulation" ||
-      !doc.value("version", json()).is_number_integer() || doc.value("version", 0) != 1)
+  // Looked up by type first: json::value() throws when a field has another type ({"format": 1}).
+  const bool format =
+      doc.is_object() && doc.contains("format") && doc["format"].is_string() && doc["format"] == "stratsim.simulation";
+  if (!format || !doc.contains("version") || !doc["version"].is_number_integer() || doc["version"] != 1)
     throw InputError(
         fmt::format("{}: expected a stratsim report (\"format\": \"stratsim.simulation\", version 1) "
                     "from `stratsim simulate --json` or `stratsim run --json`",
@@ -186,15 +188,8 @@ RunReport run_report_from_json(json doc, const std::string& origin) {
 }
 
 RunReport load_run_report(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot read file", path));
-  json doc;
-  try {
-    doc = json::parse(in);
-  } catch (const json::parse_error& error) {
-    throw InputError(fmt::format("{}: not JSON: {}", path, error.what()));
-  }
-  return run_report_from_json(std::move(doc), path);
+  // The shared reader: a directory, a device or a file past the size limit is one InputError.
+  return run_report_from_json(parse_document(read_text_file(path), path, false), path);
 }
 
 std::optional<double> ComparisonRow::error() const {

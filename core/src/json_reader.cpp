@@ -1,7 +1,11 @@
 #include "stratsim/core/json_reader.hpp"
 
+#include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <memory>
 
 #include <fmt/format.h>
@@ -32,6 +36,22 @@ nlohmann::json yaml_scalar(const YAML::Node& node) {
   return text;
 }
 
+// JSON text is UTF-8 by definition and nlohmann's parser checks it; yaml-cpp passes any byte
+// through. A string that is not UTF-8 would then fail much later, wherever it is written out (a
+// report, an error message). Checked here, with nlohmann's own validation (its serializer).
+void require_utf8(const std::string& text, const YAML::Mark& mark, const std::string& origin) {
+  for (const char c : text)
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      try {
+        (void)nlohmann::json(text).dump();
+      } catch (const nlohmann::json::type_error&) {
+        throw InputError(fmt::format("{}: line {}, column {}: invalid UTF-8 (YAML text must be UTF-8)", origin,
+                                     mark.line + 1, mark.column + 1));
+      }
+      return;
+    }
+}
+
 // YAML's aliases make a tree of a graph: `a: &a [*a]` is infinitely deep, and nine aliases of
 // nine make a billion values ("billion laughs"). Both are refused as they expand.
 class YamlToJson {
@@ -49,6 +69,7 @@ class YamlToJson {
       case YAML::NodeType::Undefined:
         return nullptr;
       case YAML::NodeType::Scalar:
+        require_utf8(node.Scalar(), node.Mark(), origin_);
         return yaml_scalar(node);
       case YAML::NodeType::Sequence: {
         nlohmann::json array = nlohmann::json::array();
@@ -57,7 +78,11 @@ class YamlToJson {
       }
       case YAML::NodeType::Map: {
         nlohmann::json object = nlohmann::json::object();
-        for (const auto& item : node) object[item.first.as<std::string>()] = convert(item.second, depth + 1);
+        for (const auto& item : node) {
+          const std::string key = item.first.IsScalar() ? item.first.Scalar() : item.first.as<std::string>();
+          require_utf8(key, item.first.Mark(), origin_);
+          object[key] = convert(item.second, depth + 1);
+        }
         return object;
       }
     }
@@ -91,7 +116,8 @@ std::string type_name(const nlohmann::json& value) {
   const auto shorten = [](std::string text) { return text.size() > kShown ? text.substr(0, kShown) + "..." : text; };
   if (value.is_string()) return fmt::format("the string \"{}\"", shorten(value.get<std::string>()));
   if (value.is_null()) return "null";
-  return std::string(value.type_name()) + " " + shorten(value.dump());
+  return std::string(value.type_name()) + " " +
+         shorten(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 }  // namespace
@@ -150,7 +176,7 @@ nlohmann::json parse_document(const std::string& text, const std::string& origin
 
 std::string read_text_file(const std::string& path) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!file) throw InputError(fmt::format("{}: cannot open file", path));
+  if (!file) throw InputError(fmt::format("{}: cannot open file ({})", path, std::strerror(errno)));
   std::string text;
   char buffer[1 << 16];
   for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0;) {
@@ -159,7 +185,7 @@ std::string read_text_file(const std::string& path) {
     if (static_cast<std::int64_t>(text.size()) > kMaxDocumentBytes)
       throw InputError(fmt::format("{}: larger than 1 GiB (stratsim's limit per document)", path));
   }
-  if (std::ferror(file.get())) throw InputError(fmt::format("{}: cannot read file", path));
+  if (std::ferror(file.get())) throw InputError(fmt::format("{}: cannot read file ({})", path, std::strerror(errno)));
   return text;
 }
 
@@ -231,12 +257,20 @@ double JsonReader::as_number() const {
   return value_->get<double>();
 }
 std::int64_t JsonReader::as_int() const {
-  if (value_->is_number_integer()) return value_->get<std::int64_t>();
-  if (value_->is_number_float()) {
-    double number = value_->get<double>();
-    if (number == static_cast<double>(static_cast<std::int64_t>(number))) return static_cast<std::int64_t>(number);
+  // 2^63 as a double: every whole double in [-2^63, 2^63) converts exactly; outside it the cast
+  // is undefined (1e21 or 2^64 must be refused, not wrapped).
+  constexpr double kTwo63 = 9223372036854775808.0;
+  if (value_->is_number_unsigned()) {
+    const auto number = value_->get<std::uint64_t>();
+    if (number <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      return static_cast<std::int64_t>(number);
+  } else if (value_->is_number_integer()) {
+    return value_->get<std::int64_t>();
+  } else if (value_->is_number_float()) {
+    const double number = value_->get<double>();
+    if (number >= -kTwo63 && number < kTwo63 && number == std::trunc(number)) return static_cast<std::int64_t>(number);
   }
-  fail("expected an integer, got " + type_name(*value_));
+  fail("expected an integer (64-bit), got " + type_name(*value_));
 }
 bool JsonReader::as_bool() const {
   if (!value_->is_boolean()) fail("expected true or false, got " + type_name(*value_));

@@ -424,7 +424,12 @@ nlohmann::json zoo_document(const std::string& spec) {
     auto options = parse_options(option_text, spec);
     if (entry.parameters.empty() && !options.empty())
       throw InputError(fmt::format("{}: model \"{}\" takes no options", spec, name));
-    return entry.build(options);
+    try {
+      return entry.build(options);
+    } catch (const InputError& error) {
+      // The builders name the option; the spec says which --model it was.
+      throw InputError(fmt::format("{}: {}", spec, error.what()));
+    }
   }
   std::string names;
   for (const ZooEntry& entry : zoo()) names += (names.empty() ? "" : ", ") + entry.name;

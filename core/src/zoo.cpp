@@ -65,7 +65,7 @@ std::int64_t option_int(const std::map<std::string, std::string>& options, const
     if (used == it->second.size() && value > 0 && value <= most) return value;
   } catch (const std::exception&) {
   }
-  throw InputError(fmt::format("zoo option {}: expected a positive integer up to {}, got \"{}\"", key,
+  throw InputError(fmt::format("option {}: expected a positive integer up to {}, got \"{}\"", key,
                                key == "layers" ? kMaxZooLayers : kMaxExtent, it->second));
 }
 
@@ -76,7 +76,7 @@ void check_options(const std::map<std::string, std::string>& options, std::initi
     if (!ok) {
       std::string names;
       for (const char* name : allowed) names += (names.empty() ? "" : ", ") + std::string(name);
-      throw InputError(fmt::format("zoo option {}: unknown (expected one of: {})", key, names));
+      throw InputError(fmt::format("option {}: unknown (expected one of: {})", key, names));
     }
   }
 }
@@ -92,24 +92,23 @@ json transformer_from_options(const std::map<std::string, std::string>& options,
   config.seq = option_int(options, "seq", config.seq);
   if (auto it = options.find("style"); it != options.end()) {
     if (it->second != "llama" && it->second != "gpt")
-      throw InputError(fmt::format("zoo option style: expected llama or gpt, got \"{}\"", it->second));
+      throw InputError(fmt::format("option style: expected llama or gpt, got \"{}\"", it->second));
     config.style = it->second;
   }
   if (auto it = options.find("norm"); it != options.end()) {
     if (it->second != "eager" && it->second != "fused")
-      throw InputError(fmt::format("zoo option norm: expected eager or fused, got \"{}\"", it->second));
+      throw InputError(fmt::format("option norm: expected eager or fused, got \"{}\"", it->second));
     config.eager_rms_norm = it->second == "eager";
   }
   if (auto it = options.find("dtype"); it != options.end()) {
-    if (!parse_dtype(it->second)) throw InputError(fmt::format("zoo option dtype: unknown dtype \"{}\"", it->second));
+    if (!parse_dtype(it->second)) throw InputError(fmt::format("option dtype: unknown dtype \"{}\"", it->second));
     config.dtype = it->second;
   }
   if (config.hidden % config.heads != 0)
-    throw InputError(
-        fmt::format("zoo option heads: hidden {} is not divisible by heads {}", config.hidden, config.heads));
+    throw InputError(fmt::format("option heads: hidden {} is not divisible by heads {}", config.hidden, config.heads));
   if (config.heads % config.kv_heads != 0)
     throw InputError(
-        fmt::format("zoo option kv_heads: heads {} is not divisible by kv_heads {}", config.heads, config.kv_heads));
+        fmt::format("option kv_heads: heads {} is not divisible by kv_heads {}", config.heads, config.kv_heads));
   return transformer_document(config);
 }
 

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <unistd.h>
+#include <xbt/log.h>
 #include <simgrid/s4u.hpp>
 
 #include "engine.hpp"
@@ -26,6 +28,8 @@
 #include "stratsim/core/errors.hpp"
 
 namespace sg4 = simgrid::s4u;
+
+XBT_LOG_EXTERNAL_CATEGORY(root);
 
 namespace stratsim::sim::detail {
 namespace {
@@ -683,17 +687,27 @@ RankMode effective_mode(const SimOptions& options) {
   return options.stragglers.empty() ? RankMode::representative : RankMode::full;
 }
 
-SimResult run_engine(const Program& program, const PlatformSpec& platform, const SimOptions& options) {
+SimResult run_engine(const Program& program, const PlatformSpec& platform, const SimOptions& options,
+                     const EngineHooks& hooks) {
   int argc = 1;
   char name[] = "stratsim-simulate";
   char* argv[] = {name, nullptr};
   sg4::Engine engine(&argc, argv);
   configure_simgrid(engine);
+  if (hooks.log_fd >= 0) {
+    // Unbuffered: an xbt_assert logs, then aborts without flushing stdio.
+    if (FILE* log = ::fdopen(::dup(hooks.log_fd), "w")) {
+      std::setvbuf(log, nullptr, _IONBF, 0);
+      xbt_log_appender_set(&_XBT_LOGV(XBT_LOG_ROOT_CAT), xbt_log_appender_stream(log));
+      xbt_log_control_set("root.fmt:%m%n");
+    }
+  }
   // Actors need little stack; small stacks without guard pages let full mode run tens of
   // thousands of them (simulators.md 4.7: vm.max_map_count otherwise).
   engine.set_config("contexts/stack-size:256");
   engine.set_config("contexts/guard-size:0");
   BuiltPlatform built = build_platform(platform);
+  if (hooks.platform_built) hooks.platform_built();
   require_devices(platform, static_cast<int>(built.devices.size()), program.world_size);
   Simulation simulation(program, platform, options, std::move(built));
   return simulation.run(effective_mode(options));

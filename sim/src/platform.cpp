@@ -366,12 +366,14 @@ void apply_cost_model_field(const core::JsonReader& node, const std::string& des
   }
   std::filesystem::path file = node.as_string();
   if (file.is_relative()) file = std::filesystem::path(description).parent_path() / file;
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(file, error))
+    node.fail(fmt::format("cannot read the cost-model file {}", file.string()));
   cost.apply_file(file.string());
 }
 
 // {"preset": "h100", "nodes": 4, "nic": "node", ...} in JSON or YAML.
-PlatformSpec parse_description_file(const std::string& path) {
-  const nlohmann::json document = core::load_document(path);
+PlatformSpec parse_description(const nlohmann::json& document, const std::string& path) {
   const core::JsonReader root(document, path);
   root.expect_object();
   const core::JsonReader preset = root.at("preset");
@@ -402,6 +404,10 @@ PlatformSpec parse_description_file(const std::string& path) {
     throw InputError(fmt::format("{}: {}: {}", path, key, message));
   });
   return spec;
+}
+
+PlatformSpec parse_description_file(const std::string& path) {
+  return parse_description(core::load_document(path), path);
 }
 
 PlatformSpec parse_xml(const std::string& path) {
@@ -445,6 +451,10 @@ PlatformSpec parse_platform(const std::string& text) {
   if (ends_with(trimmed, ".json") || ends_with(trimmed, ".yaml") || ends_with(trimmed, ".yml"))
     return parse_description_file(trimmed);
   return parse_preset_text(trimmed);
+}
+
+PlatformSpec platform_from_document(const nlohmann::json& document, const std::string& origin) {
+  return parse_description(document, origin);
 }
 
 std::vector<PresetInfo> platform_presets() {

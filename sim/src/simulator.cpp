@@ -6,6 +6,7 @@
 // some platform errors) becomes an error here instead of killing the caller.
 #include "stratsim/sim/simulator.hpp"
 
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -24,7 +26,8 @@
 namespace stratsim::sim {
 namespace {
 
-// First byte on the pipe: what follows.
+// On the pipe: an optional kPlatformBuilt byte, then one of the others and what follows it.
+constexpr char kPlatformBuilt = 'P';
 constexpr char kResult = 'R';
 constexpr char kInputError = 'E';
 constexpr char kFailure = 'F';
@@ -56,11 +59,24 @@ std::string read_all(int fd) {
   return bytes;
 }
 
-[[noreturn]] void child_main(int fd, const core::Program& program, const PlatformSpec& platform,
+[[noreturn]] void child_main(int fd, int log_fd, const core::Program& program, const PlatformSpec& platform,
                              const SimOptions& options) {
+  // A host application's crash handlers (a fuzzer's, a crash reporter's) are not ours to run
+  // here: SimGrid's aborts end this process with their signal, which the parent reports.
+  for (const int signal : {SIGABRT, SIGSEGV, SIGBUS, SIGILL, SIGFPE}) std::signal(signal, SIG_DFL);
   int status = 0;
   try {
-    write_all(fd, kResult + detail::serialize(detail::run_engine(program, platform, options)));
+    // While SimGrid loads the platform its stderr goes to the log too: an xbt_die prints its
+    // backtrace there, past the log appender. The simulation's progress bar needs it back.
+    const int saved_stderr = log_fd >= 0 ? ::dup(STDERR_FILENO) : -1;
+    if (saved_stderr >= 0) ::dup2(log_fd, STDERR_FILENO);
+    detail::EngineHooks hooks;
+    hooks.platform_built = [fd, saved_stderr] {
+      if (saved_stderr >= 0) ::dup2(saved_stderr, STDERR_FILENO);
+      write_all(fd, std::string(1, kPlatformBuilt));
+    };
+    hooks.log_fd = log_fd;
+    write_all(fd, kResult + detail::serialize(detail::run_engine(program, platform, options, hooks)));
   } catch (const core::InputError& error) {
     write_all(fd, kInputError + std::string(error.what()));
     status = 2;
@@ -94,6 +110,45 @@ void validate(const core::Program& program, const PlatformSpec& platform, const 
           "network.nvls, such as h100)");
 }
 
+// The last message SimGrid logged (its critical messages: the reason of an xbt_assert or
+// xbt_die; the backtrace it prints after it is skipped), or "" when it logged nothing.
+std::string last_log_line(int log_fd) {
+  std::string text;
+  char buffer[4096];
+  for (off_t offset = 0;;) {
+    const ssize_t n = ::pread(log_fd, buffer, sizeof buffer, offset);
+    if (n <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+    offset += n;
+    if (text.size() > (1 << 20)) text.erase(0, text.size() - 4096);  // only the end matters
+  }
+  std::string message;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    if (!line.empty() && line.front() != ' ' && !line.starts_with("Backtrace")) message = line;
+    start = end + 1;
+  }
+  return message;
+}
+
+// Why the simulation process ended without a result. SimGrid aborts on some XML it cannot load
+// (an xbt_assert in its parser callbacks), and the file the user gave is then the input at fault:
+// an InputError naming it, with SimGrid's own reason. A death after the platform was built is
+// ours (exit 1).
+std::exception_ptr died(int status, const PlatformSpec& platform, bool platform_built, const std::string& log) {
+  std::string how = WIFSIGNALED(status) ? fmt::format("it died: {}", strsignal(WTERMSIG(status)))
+                                        : fmt::format("exit status {}", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  if (!log.empty()) how = fmt::format("{} ({})", log, how);
+  if (!platform_built && platform.kind == PlatformKind::xml)
+    return std::make_exception_ptr(
+        core::InputError(fmt::format("{}: SimGrid could not load the platform: {}", platform.xml_file, how)));
+  return std::make_exception_ptr(
+      std::runtime_error(fmt::format("the simulation process stopped without a result: {}", how)));
+}
+
 }  // namespace
 
 std::string_view rank_mode_name(RankMode mode) {
@@ -115,6 +170,9 @@ SimResult simulate(const core::Program& program, const PlatformSpec& platform, c
   const auto begin = std::chrono::steady_clock::now();
   int fds[2];
   if (::pipe(fds) != 0) throw std::runtime_error("simulate: cannot create a pipe");
+  // SimGrid's log, read if the process dies: its last words go into the one error line instead of
+  // a second line on the terminal.
+  const int log_fd = ::memfd_create("stratsim-simgrid-log", MFD_CLOEXEC);
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t parent = ::getpid();
@@ -126,21 +184,19 @@ SimResult simulate(const core::Program& program, const PlatformSpec& platform, c
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);
     ::close(fds[0]);
-    child_main(fds[1], program, platform, options);
+    child_main(fds[1], log_fd, program, platform, options);
   }
   ::close(fds[1]);
-  const std::string bytes = read_all(fds[0]);
+  std::string bytes = read_all(fds[0]);
   ::close(fds[0]);
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
-  if (bytes.empty()) {
-    if (WIFSIGNALED(status))
-      throw std::runtime_error(fmt::format("the simulation process died ({})", strsignal(WTERMSIG(status))));
-    throw core::InputError(
-        fmt::format("the simulation process stopped without a result (exit status {}); SimGrid rejected the platform?",
-                    WIFEXITED(status) ? WEXITSTATUS(status) : -1));
-  }
+  const bool platform_built = !bytes.empty() && bytes[0] == kPlatformBuilt;
+  if (platform_built) bytes.erase(0, 1);
+  const std::string log = log_fd >= 0 ? last_log_line(log_fd) : "";
+  if (log_fd >= 0) ::close(log_fd);
+  if (bytes.empty()) std::rethrow_exception(died(status, platform, platform_built, log));
   const std::string payload = bytes.substr(1);
   if (bytes[0] == kInputError) throw core::InputError(payload);
   if (bytes[0] == kFailure) throw std::runtime_error("simulation failed: " + payload);

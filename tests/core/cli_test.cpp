@@ -160,14 +160,15 @@ INSTANTIATE_TEST_SUITE_P(
                  "modules[0].in_features: expected a positive integer up to 2^31, got 0"},
         BadInput{"plan --model " + data("no_such_file.json"), "no_such_file.json: cannot open file"},
         BadInput{"plan --model zoo:Nope", "zoo:Nope: no built-in model \"Nope\""},
-        BadInput{"plan --model zoo:gpt:layers=x", "zoo option layers: expected a positive integer"},
+        BadInput{"plan --model zoo:gpt:layers=x", "zoo:gpt:layers=x: option layers: expected a positive integer"},
         BadInput{"plan --plan builtin:nope", "builtin:nope: no built-in plan \"nope\""},
         BadInput{"plan --rank 7", "--rank 7 is outside the world of 2 ranks"},
         BadInput{"plan --iterations 0", "--iterations"}, BadInput{"plan --bogus", "--bogus"},
         // Issue 13: versions past the known rules, raw bytes echoed into the line, NaN options.
         BadInput{"plan --plan " + data("future_torch.json"),
                  "future_torch.json: torch_version: stratsim knows PyTorch's rules up to 2.15, got \"99.99\""},
-        BadInput{"plan --json --plan " + data("raw_byte.yaml"), "raw_byte.yaml: \\xFF: unknown field"},
+        BadInput{"plan --json --plan " + data("raw_byte.yaml"),
+                 "raw_byte.yaml: line 3, column 1: invalid UTF-8 (YAML text must be UTF-8)"},
         BadInput{"run --compute-scale nan", "--compute-scale: expected a finite number > 0, got nan"},
         BadInput{"run --train --atol inf", "--atol: expected a finite number >= 0, got inf"},
         // Refused before the run, not after it.

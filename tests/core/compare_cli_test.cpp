@@ -88,4 +88,32 @@ TEST(CompareCli, DifferentProgramsAndNonReportsFail) {
   for (const auto& path : {a, b, not_report}) std::filesystem::remove(path);
 }
 
+// Wrong JSON types where the report's fields are, and a directory: one line naming the file and
+// the field, exit 2 (they once ended in json's type_error or a stream error, exit 1).
+TEST(CompareCli, WrongTypesAndDirectoriesAreOneLine) {
+  const std::string good = write_temp("good.json", report(1, 1, 1, 1, 1).dump());
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"format": 1})", "expected a stratsim report"},
+      {R"({"format": "stratsim.simulation", "version": "1"})", "expected a stratsim report"},
+  };
+  json kind = report(1, 1, 1, 1, 1);
+  kind["collectives"][0]["kind"] = 7;
+  cases.emplace_back(kind.dump(), "collectives[0].kind: expected a string");
+  json time = report(1, 1, 1, 1, 1);
+  time["iterations"][0]["step_time_s"] = "1 s";
+  cases.emplace_back(time.dump(), "iterations[0].step_time_s: expected a number");
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::string path = write_temp("bad" + std::to_string(i) + ".json", cases[i].first);
+    const auto r = run_cli("compare " + good + " " + path);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_NE(r.out.find(path + ": " + cases[i].second), std::string::npos) << r.out;
+    std::filesystem::remove(path);
+  }
+  const auto r = run_cli("compare " + good + " " + std::filesystem::temp_directory_path().string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(": cannot read file (Is a directory)"), std::string::npos) << r.out;
+  std::filesystem::remove(good);
+}
+
 }  // namespace

@@ -12,13 +12,10 @@
 #include <random>
 #include <sstream>
 
-#include "stratsim/core/collective_counts.hpp"
-#include "stratsim/core/comparison.hpp"
+#include "../fuzz/document_use.hpp"
 #include "stratsim/core/document.hpp"
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/json_reader.hpp"
-#include "stratsim/core/run_analysis.hpp"
-#include "stratsim/core/trace.hpp"
 
 namespace stratsim::core {
 namespace {
@@ -105,42 +102,9 @@ json mutate(json doc, std::mt19937& rng) {
   return doc;
 }
 
-// Reading either succeeds or says what is wrong; what reads is used the way the viewer uses it.
-void read_and_use(const json& doc, const std::string& origin) {
-  Document document;
-  try {
-    document = document_from_json(doc, origin);
-  } catch (const InputError&) {
-    return;
-  }
-  switch (document.kind) {
-    case DocumentKind::timeline: {
-      const Timeline& t = document.timeline;
-      const Analysis analysis = analyse(t.program, t.result, {8, 1024});
-      text_report(t.program, t.result, analysis);
-      json_report(t.program, t.result, analysis);
-      analyse_window(t.program, t.result, 0.25 * analysis.makespan, 0.75 * analysis.makespan);
-      chrome_trace(t.program, t.result);
-      // A v1 file's groups have no mesh dims, so only v2 timelines can be written back.
-      if (t.version == 2) {
-        const Timeline back = timeline_from_json(json::parse(timeline_json(t.program, t.result).dump()), origin);
-        EXPECT_EQ(back.program.ops.size(), t.program.ops.size());
-      }
-      collective_counts(t.program);
-      break;
-    }
-    case DocumentKind::program:
-      collective_counts(document.program);
-      program_from_json(program_to_json(document.program), origin);
-      break;
-    case DocumentKind::run_report:
-      try {
-        compare_runs(document.report, document.report);
-      } catch (const InputError&) {
-      }
-      break;
-  }
-}
+// Reading either succeeds or says what is wrong; what reads is used the way the viewer uses it
+// (shared with the libFuzzer target, tests/fuzz/document_fuzzer.cpp).
+using fuzz::read_and_use;
 
 TEST(DocumentFuzz, CorpusFilesReadCleanly) {
   const auto files = corpus();

@@ -84,7 +84,7 @@ TEST(Limits, SizesThatWouldOverflowAreRefused) {
   // zoo:Net's 4 layers of dim x dim: int64 bytes went negative.
   EXPECT_TRUE(contains(input_error([] { load_model("zoo:Net:dim=1000000000"); }), "more than 2^48 elements"));
   EXPECT_EQ(input_error([] { load_model("zoo:gpt:layers=100000"); }),
-            "zoo option layers: expected a positive integer up to 16384, got \"100000\"");
+            "zoo:gpt:layers=100000: option layers: expected a positive integer up to 16384, got \"100000\"");
   EXPECT_EQ(input_error([] { plan_from_json(R"({"world_size": 2, "batch_size": 9223372036854775807})"); }),
             "plan.json: batch_size: expected a positive integer up to 2^31");
   // Accepted extents whose product is too large: one activation of the widest layer.
@@ -93,6 +93,17 @@ TEST(Limits, SizesThatWouldOverflowAreRefused) {
             }),
             "batch_size 100000000 x seq_len 100000000 x the model's widest layer (32000 features) is more than 2^48 "
             "elements per activation (stratsim's limit per tensor)");
+}
+
+// Integers past int64 (a float such as 1e21, or an unsigned 2^64) are refused, not cast: that
+// cast is undefined behaviour (found by tests/fuzz/plan_fuzzer.cpp).
+TEST(Limits, IntegersPastInt64AreRefused) {
+  for (const std::string value : {"1e21", "-1e19", "18446744073709551615", "9223372036854775808"})
+    EXPECT_TRUE(contains(input_error([&] { plan_from_json(R"({"world_size": )" + value + "}"); }),
+                         "plan.json: world_size: expected an integer (64-bit), got number " + value.substr(0, 2)))
+        << value;
+  EXPECT_EQ(input_error([] { plan_from_json(R"({"world_size": 2, "batch_size": 9223372036854775807.0})"); }),
+            "plan.json: batch_size: expected an integer (64-bit), got number 9.223372036854776e+18");
 }
 
 TEST(Limits, CheckedProduct) {

@@ -313,7 +313,7 @@ TEST_F(DocumentFile, BadFilesSayWhatIsWrongInTheCliWords) {
                                 "\"chrome.trace\"");
   const std::string none = write("none.json", "[1, 2]");
   EXPECT_NE(message(none).find(none + ": "), std::string::npos);
-  EXPECT_EQ(message("/nonexistent/x.json"), "/nonexistent/x.json: cannot open file");
+  EXPECT_EQ(message("/nonexistent/x.json"), "/nonexistent/x.json: cannot open file (No such file or directory)");
 }
 
 // A run large enough for several progress points (the reader reports every MiB it parses).

@@ -115,7 +115,7 @@ class ViewerTest : public QObject {
     QCOMPARE(window->lastError(), bad_ + ": program.version: required field is missing");
     window->openFiles({path("missing.json")});
     window->waitForLoads();
-    QCOMPARE(window->lastError(), path("missing.json") + ": cannot open file");
+    QCOMPARE(window->lastError(), path("missing.json") + ": cannot open file (No such file or directory)");
     QCOMPARE(window->tabs()->count(), 1);
   }
 

@@ -147,6 +147,28 @@ TEST(SimulateCli, AnXmlPlatformSimulates) {
   EXPECT_EQ(a.out, b.out);
 }
 
+// SimGrid aborts (xbt_assert) on some XML it parses: the simulation process dies, and the user
+// sees one line naming the file with SimGrid's own reason, exit 2, not SimGrid's log and
+// backtrace. Inputs found by tests/fuzz/xml_platform_fuzzer.cpp.
+TEST(SimulateCli, AnXmlPlatformSimGridAbortsOnIsOneLineNamingTheFile) {
+  const std::string regressions = std::string(STRATSIM_SOURCE_DIR) + "/tests/fuzz/regressions/xml_platform/";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"simgrid-aborts-on-duplicate-link.xml", "Link 'l2' declared several times in the platform. (it died: Aborted)"},
+      {"simgrid-aborts-on-unknown-routing.xml", "Not a valid model! (it died: Aborted)"},
+  };
+  for (const auto& [file, reason] : cases) {
+    const CliRun r = run("simulate --quiet --platform " + regressions + file);
+    EXPECT_EQ(r.code, 2) << r.out;
+    // (find, not equality: a sanitizer build may add its own warnings on stderr)
+    EXPECT_NE(r.out.find("stratsim: error: " + regressions + file + ": SimGrid could not load the platform: " + reason +
+                         "\n"),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("Backtrace"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("CRITICAL"), std::string::npos) << r.out;
+  }
+}
+
 // A process that exists and is not a zombie (a reaped-late orphan still answers kill(pid, 0)).
 bool running(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");

@@ -129,7 +129,7 @@ TEST(CostModelFile, ErrorsNameFileAndField) {
   EXPECT_EQ(
       apply_error("bad_slowdown.yaml"),
       kData + "bad_slowdown.yaml: interference.compute_slowdown: expected a slowdown factor from 1 to 100, got 0.5");
-  EXPECT_EQ(apply_error("missing.yaml"), kData + "missing.yaml: cannot open file");
+  EXPECT_EQ(apply_error("missing.yaml"), kData + "missing.yaml: cannot open file (No such file or directory)");
 }
 
 TEST(CostModelFile, MembersItLacksKeepTheirValues) {

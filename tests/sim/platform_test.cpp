@@ -264,7 +264,7 @@ TEST(PlatformParse, DescriptionFiles) {
   EXPECT_EQ(parse_error(kData + "bad_preset.json"),
             kData + "bad_preset.json: preset: unknown platform preset \"tpu-v5\" (known: a100, h100, h200, cpu)");
   EXPECT_EQ(parse_error(kData + "bad_type.json"), kData + "bad_type.json: nic: expected a string, got number 8");
-  EXPECT_EQ(parse_error(kData + "missing.json"), kData + "missing.json: cannot open file");
+  EXPECT_EQ(parse_error(kData + "missing.json"), kData + "missing.json: cannot open file (No such file or directory)");
   EXPECT_EQ(parse_error(kData + "too_big.yaml"),
             kData + "too_big.yaml: nodes: 100000 nodes x 8 GPUs = 800000 devices; at most 131072 are supported");
 }
@@ -374,7 +374,7 @@ TEST(ComputeModel, BadOverridesNameFileAndField) {
             kData +
                 "bad_key.json: nodez: unknown field (expected one of: launch_overhead_us, kernel_floor_us, "
                 "op_classes, gemm, source)");
-  EXPECT_EQ(overrides_error("nope.json"), kData + "nope.json: cannot open file");
+  EXPECT_EQ(overrides_error("nope.json"), kData + "nope.json: cannot open file (No such file or directory)");
   // A failed file leaves the model as it was.
   ComputeModel model = ComputeModel::defaults();
   EXPECT_THROW(model.apply_overrides(kData + "bad_compute_overrides.yaml"), InputError);

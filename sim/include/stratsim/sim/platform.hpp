@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "stratsim/sim/cost_model.hpp"
 #include "stratsim/sim/device.hpp"
 
@@ -38,12 +40,12 @@ struct PlatformSpec {
   double nic_latency = 0;
   bool nic_per_gpu = true;  // rail-optimised: one NIC per GPU; false: one NIC per node
   Fabric fabric = Fabric::fat_tree;
-  double oversubscription = 1.0;  // leaf downlink : uplink bandwidth ratio (>= 1)
-  int nodes_per_leaf = 4;         // nodes under one leaf switch (spine-leaf, fat-tree level 1)
-  double switch_latency = 0;      // per fabric link
-  double loopback_bandwidth = 0;  // cpu_host: shared memory-copy bandwidth of the host, all processes together
-  double collective_overhead = 0; // fixed cost per collective launch (kernel launch, NCCL proxy), seconds
-  int cores = 0;                  // cpu_host: cores the rank processes share (0: a core each)
+  double oversubscription = 1.0;     // leaf downlink : uplink bandwidth ratio (>= 1)
+  int nodes_per_leaf = 4;            // nodes under one leaf switch (spine-leaf, fat-tree level 1)
+  double switch_latency = 0;         // per fabric link
+  double loopback_bandwidth = 0;     // cpu_host: shared memory-copy bandwidth of the host, all processes together
+  double collective_overhead = 0;    // fixed cost per collective launch (kernel launch, NCCL proxy), seconds
+  int cores = 0;                     // cpu_host: cores the rank processes share (0: a core each)
   double host_memory_bandwidth = 0;  // cpu_host: DRAM bandwidth all processes share (0: no bound)
 
   std::string xml_file;  // kind == xml
@@ -60,6 +62,9 @@ struct PlatformSpec {
 // description (the same keys, plus `cost_model:` a file or an inline cost model applied over the
 // preset's). Throws InputError.
 PlatformSpec parse_platform(const std::string& text);
+// A platform description already parsed (JSON or YAML); `origin` names it in errors and anchors a
+// relative `cost_model:` file. Throws InputError.
+PlatformSpec platform_from_document(const nlohmann::json& document, const std::string& origin);
 
 struct PresetInfo {
   std::string name;
