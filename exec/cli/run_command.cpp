@@ -7,12 +7,15 @@
 // the report, trace and timeline in the simulator's formats.
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <climits>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,6 +71,44 @@ Planned plan_run(const RunArgs& args, int rank = 0) {
   options.rank = rank < planned.plan.world_size ? rank : 0;  // a mismatched WORLD_SIZE is reported by the caller
   planned.result = core::plan_training(planned.model, planned.plan, options);
   return planned;
+}
+
+// Fault injection, for the fault tests (exec/README.md "Failures never hang"):
+// STRATSIM_FAULT=RANK:PHASE:SIGNAL makes rank RANK send itself SIGNAL (KILL or STOP) at PHASE:
+// `start` (before it rendezvouses: the others wait in the rendezvous), `connected` (after the
+// rendezvous, before the start barrier) or `run` (halfway through its program).
+struct Fault {
+  int rank = -1;
+  std::string phase;
+  int signal = 0;
+};
+
+std::optional<Fault> fault_from_environment() {
+  const char* text = std::getenv("STRATSIM_FAULT");
+  if (!text || !*text) return std::nullopt;
+  const std::string spec = text;
+  const auto bad = [&] {
+    return InputError(
+        fmt::format("STRATSIM_FAULT={}: expected RANK:PHASE:SIGNAL, PHASE start, connected or run, "
+                    "SIGNAL KILL or STOP",
+                    spec));
+  };
+  const std::size_t first = spec.find(':'), second = spec.find(':', first == std::string::npos ? 0 : first + 1);
+  if (first == std::string::npos || second == std::string::npos) throw bad();
+  Fault fault;
+  const std::string rank = spec.substr(0, first), signal = spec.substr(second + 1);
+  fault.phase = spec.substr(first + 1, second - first - 1);
+  const auto [end, error] = std::from_chars(rank.data(), rank.data() + rank.size(), fault.rank);
+  if (error != std::errc() || end != rank.data() + rank.size() || fault.rank < 0) throw bad();
+  if (fault.phase != "start" && fault.phase != "connected" && fault.phase != "run") throw bad();
+  if (signal == "KILL") fault.signal = SIGKILL;
+  else if (signal == "STOP") fault.signal = SIGSTOP;
+  else throw bad();
+  return fault;
+}
+
+void inject_fault(const std::optional<Fault>& fault, int rank, const std::string& phase) {
+  if (fault && fault->rank == rank && fault->phase == phase) ::raise(fault->signal);
 }
 
 std::chrono::milliseconds timeout_of(const RunArgs& args) {
@@ -162,6 +203,8 @@ int train_rank(const RunArgs& args, exec::Backend& backend, const Planned& plann
 }
 
 int run_rank(const RunArgs& args, int rank, int world_size) {
+  const std::optional<Fault> fault = fault_from_environment();
+  inject_fault(fault, rank, "start");
   // Started by torchrun or srun: rank 0 writes the outputs, on its own host.
   if (rank == 0) check_outputs_writable({args.json, args.output, args.trace, args.timeline});
   const Planned planned = plan_run(args, rank);
@@ -186,8 +229,15 @@ int run_rank(const RunArgs& args, int rank, int world_size) {
     std::cerr << ("stratsim run: " + message + "\n") << std::flush;  // one write: ranks share stderr
     std::_Exit(1);
   };
+  if (fault && fault->rank == rank && fault->phase == "run") {
+    options.on_progress = [fault, rank, draw = options.on_progress](std::size_t done, std::size_t total) {
+      if (draw) draw(done, total);
+      if (2 * done >= total) inject_fault(fault, rank, "run");
+    };
+  }
   try {
     auto backend = make_backend(args, rendezvous, rank, world_size);
+    inject_fault(fault, rank, "connected");
     if (args.train) return train_rank(args, *backend, planned, rank);
     const exec::RankRecord record = exec::execute(planned.result.program, *backend, options);
     backend->publish(fmt::format("record/{}", rank), exec::encode(record));
@@ -226,8 +276,15 @@ int run_launcher(const RunArgs& args) {
   if (nproc != planned.result.program.world_size)
     throw InputError(
         fmt::format("--nproc {}: the plan needs {} ranks (its world_size)", nproc, planned.result.program.world_size));
-  // A malformed --rdzv would otherwise be found by every rank, each printing the same error.
+  if (nproc > exec::kMaxLocalRanks)
+    throw InputError(
+        fmt::format("the plan needs {} ranks: this launcher starts at most {} on one host (start the "
+                    "ranks on several hosts with torchrun or srun, RANK and WORLD_SIZE set)",
+                    nproc, exec::kMaxLocalRanks));
+  // What every rank would otherwise find, each printing the same error: checked once, here.
   if (!args.rendezvous.empty()) exec::parse_rendezvous(args.rendezvous, "launcher-check");
+  if (args.backend == "gloo") exec::check_bind_address(args.bind);
+  fault_from_environment();
   if (args.backend == "nccl") {
     // One GPU per rank: refuse before starting anything, not in every rank.
     std::string why;
@@ -267,7 +324,7 @@ const Register run_registration("run", [](CLI::App& app) {
   cmd->add_option("--backend", args->backend, "gloo (CPU processes over TCP) or nccl (one CUDA GPU per rank)")
       ->capture_default_str();
   cmd->add_option("--nproc", args->nproc, "Ranks to start on this host (default: the plan's world size)")
-      ->check(CLI::Range(1, 1024));
+      ->check(CLI::Range(1, exec::kMaxLocalRanks));
   cmd->add_option("--model", args->model, "Model file (JSON/YAML) or zoo:NAME[:key=value,...]")->capture_default_str();
   cmd->add_option("--plan", args->plan, "Plan file (JSON/YAML) or builtin:NAME")->capture_default_str();
   cmd->add_option("--iterations", args->iterations, "Training micro-steps (default: the plan's, else 3)")

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,23 +46,53 @@ namespace {
 
 using gloo::rendezvous::Store;
 
+// Every wait bounded by the timeout and, while a group connects, by one deadline for the whole
+// connection: connecting takes several waits in turn (the peers' addresses, then whether each
+// connected), and a peer that stopped would otherwise cost a full timeout at each of them.
 class TimeoutStore : public Store {
  public:
+  using Clock = std::chrono::steady_clock;
+
   TimeoutStore(std::unique_ptr<Store> base, std::chrono::milliseconds timeout)
       : base_(std::move(base)), timeout_(timeout) {}
   void set(const std::string& key, const std::vector<char>& data) override { base_->set(key, data); }
   std::vector<char> get(const std::string& key) override {
-    base_->wait({key}, timeout_);
+    base_->wait({key}, bound(timeout_));
     return base_->get(key);
   }
-  void wait(const std::vector<std::string>& keys) override { base_->wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys) override { base_->wait(keys, bound(timeout_)); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    base_->wait(keys, std::min(timeout, timeout_));
+    base_->wait(keys, bound(timeout));
   }
 
+  // Until cleared, no wait goes past `deadline`.
+  void set_deadline(std::optional<Clock::time_point> deadline) { deadline_ = deadline; }
+
  private:
+  std::chrono::milliseconds bound(std::chrono::milliseconds timeout) const {
+    timeout = std::min(timeout, timeout_);
+    if (!deadline_) return timeout;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline_ - Clock::now());
+    return std::clamp(left, std::chrono::milliseconds(1), timeout);  // past it: one last look
+  }
+
   std::unique_ptr<Store> base_;
   std::chrono::milliseconds timeout_;
+  std::optional<Clock::time_point> deadline_;
+};
+
+// The deadline of one group's connection, cleared however the connection ends.
+class ConnectDeadline {
+ public:
+  ConnectDeadline(TimeoutStore& store, std::chrono::milliseconds timeout) : store_(store) {
+    store_.set_deadline(TimeoutStore::Clock::now() + timeout);
+  }
+  ~ConnectDeadline() { store_.set_deadline(std::nullopt); }
+  ConnectDeadline(const ConnectDeadline&) = delete;
+  ConnectDeadline& operator=(const ConnectDeadline&) = delete;
+
+ private:
+  TimeoutStore& store_;
 };
 
 std::unique_ptr<Store> open_store(const Rendezvous& rendezvous) {
@@ -270,6 +301,7 @@ class GlooBackend : public Backend {
     guarded(fmt::format("rank {}: rendezvous through {}", rank, describe(rendezvous)), [&] {
       store_ = std::make_unique<TimeoutStore>(open_store(rendezvous), options.timeout);
       scoped_ = std::make_unique<gloo::rendezvous::PrefixStore>(rendezvous.run_id, *store_);
+      check_bind_address(options.bind_address);
       gloo::transport::tcp::attr attr;
       attr.hostname = options.bind_address;
       device_ = gloo::transport::tcp::CreateDevice(attr);
@@ -321,6 +353,7 @@ class GlooBackend : public Backend {
     if (me == members.end()) throw core::InputError(fmt::format("rank {} is not a member of group {}", rank_, key));
     const int index = static_cast<int>(me - members.begin()), size = static_cast<int>(members.size());
     const std::string what = fmt::format("rank {}: connecting group {} ({} ranks)", rank_, key, size);
+    const ConnectDeadline deadline(*store_, options_.timeout);
     std::string failure;
     for (int attempt = 0; attempt < kConnectAttempts; ++attempt) {
       auto context = std::make_shared<gloo::rendezvous::Context>(index, size);
@@ -356,7 +389,7 @@ class GlooBackend : public Backend {
   static constexpr int kConnectAttempts = 3;
   int rank_, world_size_;
   BackendOptions options_;
-  std::unique_ptr<Store> store_;
+  std::unique_ptr<TimeoutStore> store_;
   std::unique_ptr<Store> scoped_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> world_;

@@ -5,16 +5,19 @@
 // the default dispositions back before exec.
 #include "stratsim/exec/launcher.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -31,12 +34,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How a rank still running at the end of the grace is read: the launcher cannot see why it did
+// not end, so it judges by what it can see.
+enum class Leftover {
+  none,
+  hung,     // stopped (SIGSTOP), or the first failure came after the timeout: the others timed out on it
+  waiting,  // the first failure came early, an error of its own: this rank was waiting on it
+};
+
 struct Child {
   int rank = 0;
   pid_t pid = -1;
   bool running = true;
-  int status = 0;     // wait status once reaped
-  bool hung = false;  // still running when the others had failed and the timeout passed
+  bool stopped = false;  // stopped by a signal (SIGSTOP), as waitpid last reported
+  int status = 0;        // wait status once reaped
+  Leftover leftover = Leftover::none;
   Clock::time_point ended{};
 };
 
@@ -51,6 +63,52 @@ std::string make_private_directory() {
     throw core::InputError(fmt::format("cannot create a rendezvous directory: {}", std::strerror(errno)));
   return pattern;
 }
+
+// Removes the private rendezvous directory once the launcher is gone, however it went: a small
+// process blocked reading a pipe whose only writer is the launcher. The kernel closes that end
+// when the launcher exits or is killed, even by SIGKILL, and the read returns.
+class DirectoryWatcher {
+ public:
+  explicit DirectoryWatcher(const std::string& directory) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;  // no watcher: the launcher still cleans up itself
+    pid_ = ::fork();
+    if (pid_ == 0) watch(fds[0], fds[1], directory);
+    ::close(fds[0]);
+    if (pid_ < 0) {
+      ::close(fds[1]);
+      return;
+    }
+    write_end_ = fds[1];
+  }
+  ~DirectoryWatcher() {
+    if (write_end_ >= 0) ::close(write_end_);
+    if (pid_ > 0)
+      while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+      }
+  }
+  DirectoryWatcher(const DirectoryWatcher&) = delete;
+  DirectoryWatcher& operator=(const DirectoryWatcher&) = delete;
+
+ private:
+  [[noreturn]] static void watch(int read_end, int write_end, const std::string& directory) {
+    ::close(write_end);
+    // Holds none of the caller's pipes (a shell waiting for the launcher's output would wait for
+    // this process too), and outlives the terminal's Ctrl-C, which the launcher handles.
+    const int null = ::open("/dev/null", O_RDWR);
+    for (int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO}) ::dup2(null, fd);
+    for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, SIG_IGN);
+    char byte = 0;
+    while (::read(read_end, &byte, 1) < 0 && errno == EINTR) {
+    }
+    std::error_code ignored;
+    std::filesystem::remove_all(directory, ignored);
+    ::_exit(0);
+  }
+
+  pid_t pid_ = -1;
+  int write_end_ = -1;
+};
 
 std::vector<std::string> rank_environment(const LaunchOptions& options, int rank, const std::string& run_id,
                                           const std::string& rendezvous) {
@@ -88,9 +146,16 @@ std::vector<std::string> rank_environment(const LaunchOptions& options, int rank
   ::_exit(127);
 }
 
-std::string describe_exit(const Child& child) {
+std::string describe_exit(const Child& child, const Child* first_failure) {
   const std::string who = fmt::format("rank {} (pid {})", child.rank, child.pid);
-  if (child.hung) return who + " hung: still running after the other ranks had failed and the timeout passed; killed";
+  const std::string first = first_failure ? fmt::format("rank {}", first_failure->rank) : "another rank";
+  if (child.leftover == Leftover::hung && child.stopped)
+    return fmt::format("{} hung: stopped (SIGSTOP) while the others waited for it; killed", who);
+  if (child.leftover == Leftover::hung)
+    return fmt::format("{} hung: still running {} s after {} had failed, past the timeout; killed", who,
+                       kFailureGrace.count(), first);
+  if (child.leftover == Leftover::waiting)
+    return fmt::format("{} was still running {} s after {} failed; killed", who, kFailureGrace.count(), first);
   if (WIFSIGNALED(child.status))
     return fmt::format("{} was killed by signal {} ({})", who, WTERMSIG(child.status),
                        ::strsignal(WTERMSIG(child.status)));
@@ -98,7 +163,8 @@ std::string describe_exit(const Child& child) {
 }
 
 bool failed(const Child& child) {
-  return child.hung || WIFSIGNALED(child.status) || (WIFEXITED(child.status) && WEXITSTATUS(child.status) != 0);
+  return child.leftover != Leftover::none || WIFSIGNALED(child.status) ||
+         (WIFEXITED(child.status) && WEXITSTATUS(child.status) != 0);
 }
 
 class Supervisor {
@@ -110,9 +176,11 @@ class Supervisor {
     std::string rendezvous = options_.rendezvous;
     if (rendezvous.empty()) {
       private_directory_ = make_private_directory();
+      watcher_ = std::make_unique<DirectoryWatcher>(private_directory_);
       rendezvous = "file:" + private_directory_;
     }
     block_signals();
+    started_ = Clock::now();
     bool interrupted = false;
     try {
       for (int rank = 0; rank < options_.nproc; ++rank) start(rank, run_id, rendezvous);
@@ -137,6 +205,7 @@ class Supervisor {
   void clean_up() {
     ::sigprocmask(SIG_SETMASK, &previous_, nullptr);
     if (!private_directory_.empty()) std::filesystem::remove_all(private_directory_);
+    watcher_.reset();
   }
 
   void start(int rank, const std::string& run_id, const std::string& rendezvous) {
@@ -164,14 +233,31 @@ class Supervisor {
         return true;
       }
       reap();
-      if (!deadline && first_failure()) deadline = Clock::now() + options_.timeout + std::chrono::seconds(2);
-      if (deadline && Clock::now() > *deadline) {
-        for (Child& child : children_) child.hung = child.running;
+      if (!deadline && first_failure()) deadline = Clock::now() + kFailureGrace;
+      // A stopped rank cannot end on its own: when only such ranks are left, the grace is over.
+      if (deadline && (Clock::now() > *deadline || only_stopped_left())) {
+        judge_leftovers();
         kill_all(SIGKILL);
         wait_all();
       }
     }
     return false;
+  }
+
+  // A failure that came before the timeout could have elapsed is an error of that rank's own (a
+  // peer's death reaches the others at once); one after it may be a timeout on a peer that never
+  // answered, and that peer is the one still running.
+  void judge_leftovers() {
+    const Child* first = first_failure();
+    const bool late = first && first->ended - started_ >= options_.timeout;
+    for (Child& child : children_)
+      if (child.running) child.leftover = child.stopped || late ? Leftover::hung : Leftover::waiting;
+  }
+
+  bool only_stopped_left() const {
+    for (const Child& child : children_)
+      if (child.running && !child.stopped) return false;
+    return true;
   }
 
   int running() const {
@@ -180,20 +266,30 @@ class Supervisor {
     return count;
   }
 
-  bool first_failure() const {
+  // The rank that ended first with a failure of its own, or null.
+  const Child* first_failure() const {
+    const Child* first = nullptr;
     for (const Child& child : children_)
-      if (!child.running && failed(child)) return true;
-    return false;
+      if (!child.running && child.leftover == Leftover::none && failed(child) && (!first || child.ended < first->ended))
+        first = &child;
+    return first;
   }
 
   void reap() {
     for (Child& child : children_) {
       if (!child.running) continue;
       int status = 0;
-      if (::waitpid(child.pid, &status, WNOHANG) == child.pid) {
-        child.running = false;
-        child.status = status;
-        child.ended = Clock::now();
+      while (::waitpid(child.pid, &status, WNOHANG | WUNTRACED | WCONTINUED) == child.pid) {
+        if (WIFSTOPPED(status)) {
+          child.stopped = true;
+        } else if (WIFCONTINUED(status)) {
+          child.stopped = false;
+        } else {
+          child.running = false;
+          child.status = status;
+          child.ended = Clock::now();
+          break;
+        }
       }
     }
   }
@@ -234,34 +330,47 @@ class Supervisor {
       if (failed(child)) problems.push_back(&child);
     if (problems.empty()) return 0;
     // The culprit: a rank killed by a signal we did not send (the others failed, or waited until
-    // we killed them, because it vanished; on a loaded box, ASan builds in CI, survivors can take
-    // longer than the timeout to notice), else a hung rank (the others failed waiting for it),
-    // else the rank that ended first.
-    const auto severity = [](const Child& child) { return child.hung ? 1 : WIFSIGNALED(child.status) ? 2 : 0; };
+    // we killed them, because it vanished), else a hung rank (the others failed waiting for it),
+    // else the rank that failed first; never one that was only waiting on it.
+    const auto severity = [](const Child& child) {
+      if (child.leftover == Leftover::waiting) return 0;
+      if (child.leftover == Leftover::hung) return 2;
+      return WIFSIGNALED(child.status) ? 3 : 1;
+    };
     const Child* culprit = problems.front();
     for (const Child* child : problems)
       if (severity(*child) > severity(*culprit) ||
           (severity(*child) == severity(*culprit) && child->ended < culprit->ended))
         culprit = child;
+    const Child* first = first_failure();
+    // Bad input (status 2) only when every rank that ended on its own rejected it.
     bool input_errors = true;
     for (const Child* child : problems) {
-      std::fprintf(stderr, "stratsim run: %s\n", describe_exit(*child).c_str());
-      input_errors = input_errors && !child->hung && WIFEXITED(child->status) && WEXITSTATUS(child->status) == 2;
+      std::fprintf(stderr, "stratsim run: %s\n", describe_exit(*child, first).c_str());
+      if (child->leftover == Leftover::waiting) continue;
+      input_errors = input_errors && child->leftover == Leftover::none && WIFEXITED(child->status) &&
+                     WEXITSTATUS(child->status) == 2;
     }
-    std::fprintf(stderr, "stratsim run: failed: %s\n", describe_exit(*culprit).c_str());
+    std::fprintf(stderr, "stratsim run: failed: %s\n", describe_exit(*culprit, first).c_str());
     return input_errors ? 2 : 1;
   }
 
   const LaunchOptions& options_;
+  Clock::time_point started_{};
   std::vector<Child> children_;
   std::string private_directory_;
+  std::unique_ptr<DirectoryWatcher> watcher_;
   sigset_t handled_{}, previous_{};
 };
 
 }  // namespace
 
 int launch(const LaunchOptions& options) {
-  if (options.nproc < 1) throw core::InputError(fmt::format("--nproc {}: expected at least 1", options.nproc));
+  if (options.nproc < 1 || options.nproc > kMaxLocalRanks)
+    throw core::InputError(
+        fmt::format("{} ranks: one launcher starts 1 to {} rank processes on one host (start ranks on several hosts "
+                    "with torchrun or srun)",
+                    options.nproc, kMaxLocalRanks));
   if (options.command.empty()) throw core::InputError("no command to launch");
   return Supervisor(options).run();
 }

@@ -1,5 +1,11 @@
 // Rendezvous specs: where the ranks of one run meet.
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <string>
 
 #include <fmt/format.h>
@@ -50,6 +56,27 @@ Rendezvous parse_rendezvous(const std::string& spec, const std::string& run_id) 
     throw core::InputError(fmt::format("run id \"{}\": expected a non-empty name without '/'", run_id));
   rendezvous.run_id = run_id;
   return rendezvous;
+}
+
+void check_bind_address(const std::string& address) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int error = ::getaddrinfo(address.c_str(), nullptr, &hints, &found); error != 0)
+    throw core::InputError(fmt::format("--bind {}: cannot resolve the address ({})", address, ::gai_strerror(error)));
+  // Gloo listens on the first address it can bind; so must one of these (port 0: any free port).
+  std::string why = "no address";
+  bool bound = false;
+  for (const addrinfo* at = found; at && !bound; at = at->ai_next) {
+    const int fd = ::socket(at->ai_family, at->ai_socktype | SOCK_CLOEXEC, at->ai_protocol);
+    if (fd < 0) continue;
+    bound = ::bind(fd, at->ai_addr, at->ai_addrlen) == 0;
+    if (!bound) why = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  if (!bound) throw core::InputError(fmt::format("--bind {}: cannot listen on this address ({})", address, why));
 }
 
 std::string describe(const Rendezvous& rendezvous) {

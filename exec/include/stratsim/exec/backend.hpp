@@ -28,6 +28,9 @@ struct Rendezvous {
 // "file:/shared/dir" | "redis://host[:port]" | "redis:host[:port]". Throws core::InputError.
 Rendezvous parse_rendezvous(const std::string& spec, const std::string& run_id);
 std::string describe(const Rendezvous& rendezvous);
+// Refuses (InputError) an address this host's ranks cannot listen on (`--bind`): one that does not
+// resolve, or that no local interface has. Gloo's device would crash on it.
+void check_bind_address(const std::string& address);
 
 struct BackendOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(30)};  // rendezvous, every collective, the store

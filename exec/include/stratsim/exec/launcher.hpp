@@ -1,9 +1,12 @@
 // The local launcher: starts N rank processes of the same command with torchrun's environment
 // (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) plus the rendezvous, supervises them and
-// reaps every one. It never hangs: when a rank dies or fails, the others get the configured
-// timeout to fail on their own (they do, since every collective and rendezvous has it), then
-// whatever is still running is named as hung and killed. Ctrl-C (SIGINT) or SIGTERM stops all
-// ranks; a rank whose launcher dies is killed by the kernel (PR_SET_PDEATHSIG).
+// reaps every one. It never hangs: a rank that waits on a dead or stopped peer fails within the
+// configured timeout on its own (every collective and the whole rendezvous are bounded by it);
+// once a rank has failed, the others get kFailureGrace to end, then whatever still runs is named
+// as hung and killed. So a run ends within timeout + kFailureGrace of a fault. Ctrl-C (SIGINT) or
+// SIGTERM stops all ranks; a rank whose launcher dies is killed by the kernel (PR_SET_PDEATHSIG),
+// and the private rendezvous directory is removed by a small watcher process even when the
+// launcher is killed with SIGKILL.
 #pragma once
 
 #include <chrono>
@@ -11,6 +14,12 @@
 #include <vector>
 
 namespace stratsim::exec {
+
+// How long the other ranks get to end once one has failed: a peer's death reaches them at once
+// (their sockets close); a peer's hang reached them through their own timeout already.
+inline constexpr std::chrono::seconds kFailureGrace{2};
+// Ranks one launcher starts on one host: one process each.
+inline constexpr int kMaxLocalRanks = 1024;
 
 struct LaunchOptions {
   int nproc = 1;
