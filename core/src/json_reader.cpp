@@ -1,5 +1,7 @@
 #include "stratsim/core/json_reader.hpp"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -177,6 +179,10 @@ nlohmann::json parse_document(const std::string& text, const std::string& origin
 std::string read_text_file(const std::string& path) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file) throw InputError(fmt::format("{}: cannot open file ({})", path, std::strerror(errno)));
+  // A regular file says its size: one past the limit is refused before a byte is read.
+  struct stat status {};
+  if (::fstat(::fileno(file.get()), &status) == 0 && S_ISREG(status.st_mode) && status.st_size > kMaxDocumentBytes)
+    throw InputError(fmt::format("{}: larger than 1 GiB (stratsim's limit per document)", path));
   std::string text;
   char buffer[1 << 16];
   for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0;) {

@@ -111,6 +111,15 @@ void inject_fault(const std::optional<Fault>& fault, int rank, const std::string
   if (fault && fault->rank == rank && fault->phase == phase) ::raise(fault->signal);
 }
 
+// A rank that gave up waiting on a peer exits with kTimedOutStatus, so the launcher blames the
+// peer. Gloo says so only in words: "Timed out waiting ..." in a collective or a pair's connect,
+// "Wait timeout for key(s)" in the store.
+int comm_exit_status(const std::string& message) {
+  const bool timed_out =
+      message.find("Timed out") != std::string::npos || message.find("Wait timeout") != std::string::npos;
+  return timed_out ? exec::kTimedOutStatus : 1;
+}
+
 std::chrono::milliseconds timeout_of(const RunArgs& args) {
   return std::chrono::milliseconds(static_cast<long long>(args.timeout * 1000));
 }
@@ -227,7 +236,7 @@ int run_rank(const RunArgs& args, int rank, int world_size) {
   if (rank == 0 && !args.quiet && ::isatty(STDERR_FILENO)) options.on_progress = draw_progress;
   options.on_error = [](const std::string& message) {
     std::cerr << ("stratsim run: " + message + "\n") << std::flush;  // one write: ranks share stderr
-    std::_Exit(1);
+    std::_Exit(comm_exit_status(message));
   };
   if (fault && fault->rank == rank && fault->phase == "run") {
     options.on_progress = [fault, rank, draw = options.on_progress](std::size_t done, std::size_t total) {
@@ -252,7 +261,7 @@ int run_rank(const RunArgs& args, int rank, int world_size) {
     return 0;
   } catch (const exec::CommError& error) {
     std::cerr << ("stratsim run: " + std::string(error.what()) + "\n") << std::flush;
-    std::_Exit(1);
+    std::_Exit(comm_exit_status(error.what()));
   } catch (const core::InputError&) {
     throw;
   } catch (const core::PlanError&) {

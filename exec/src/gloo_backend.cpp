@@ -70,7 +70,7 @@ class TimeoutStore : public Store {
 
  private:
   std::chrono::milliseconds bound(std::chrono::milliseconds timeout) const {
-    timeout = std::min(timeout, timeout_);
+    timeout = std::max(std::min(timeout, timeout_), std::chrono::milliseconds(1));
     if (!deadline_) return timeout;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline_ - Clock::now());
     return std::clamp(left, std::chrono::milliseconds(1), timeout);  // past it: one last look
@@ -353,9 +353,11 @@ class GlooBackend : public Backend {
     if (me == members.end()) throw core::InputError(fmt::format("rank {} is not a member of group {}", rank_, key));
     const int index = static_cast<int>(me - members.begin()), size = static_cast<int>(members.size());
     const std::string what = fmt::format("rank {}: connecting group {} ({} ranks)", rank_, key, size);
-    const ConnectDeadline deadline(*store_, options_.timeout);
     std::string failure;
     for (int attempt = 0; attempt < kConnectAttempts; ++attempt) {
+      // One deadline per attempt: a stopped peer never posts its status, so the first attempt
+      // fails for good within the timeout; a retry comes only after every member posted.
+      const ConnectDeadline deadline(*store_, options_.timeout);
       auto context = std::make_shared<gloo::rendezvous::Context>(index, size);
       context->setTimeout(options_.timeout);
       if (size == 1) return context;

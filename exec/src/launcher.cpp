@@ -46,8 +46,8 @@ struct Child {
   int rank = 0;
   pid_t pid = -1;
   bool running = true;
-  bool stopped = false;  // stopped by a signal (SIGSTOP), as waitpid last reported
-  int status = 0;        // wait status once reaped
+  int stopped = 0;  // the signal that stopped it (SIGSTOP, SIGTSTP, ...), as waitpid last reported; 0: running
+  int status = 0;   // wait status once reaped
   Leftover leftover = Leftover::none;
   Clock::time_point ended{};
 };
@@ -64,16 +64,32 @@ std::string make_private_directory() {
   return pattern;
 }
 
-// Removes the private rendezvous directory once the launcher is gone, however it went: a small
-// process blocked reading a pipe whose only writer is the launcher. The kernel closes that end
-// when the launcher exits or is killed, even by SIGKILL, and the read returns.
+// A null-terminated array of C strings pointing into `strings`, which must outlive it.
+std::vector<char*> c_strings(const std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  for (const std::string& text : strings) pointers.push_back(const_cast<char*>(text.c_str()));
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
+// Removes the private rendezvous directory once the launcher is gone, however it went: a shell
+// reading a pipe whose only writer is the launcher. The kernel closes that end when the launcher
+// exits or is killed, even by SIGKILL; the read ends, and the shell removes the directory (again
+// for a while: the ranks die with the launcher a moment later and may still be writing there).
+// A shell, exec'd at once, because the launcher may have threads (CUDA's) and the child of such a
+// process may only make async-signal-safe calls.
 class DirectoryWatcher {
  public:
   explicit DirectoryWatcher(const std::string& directory) {
+    const std::vector<std::string> command = {
+        "/bin/sh", "-c",
+        "cat >/dev/null; for i in $(seq 100); do rm -rf -- \"$0\"; [ -e \"$0\" ] || exit 0; sleep 0.05; done",
+        directory};
+    const std::vector<char*> argv = c_strings(command);
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) return;  // no watcher: the launcher still cleans up itself
     pid_ = ::fork();
-    if (pid_ == 0) watch(fds[0], fds[1], directory);
+    if (pid_ == 0) watch(fds[0], argv.data());
     ::close(fds[0]);
     if (pid_ < 0) {
       ::close(fds[1]);
@@ -91,19 +107,23 @@ class DirectoryWatcher {
   DirectoryWatcher& operator=(const DirectoryWatcher&) = delete;
 
  private:
-  [[noreturn]] static void watch(int read_end, int write_end, const std::string& directory) {
-    ::close(write_end);
-    // Holds none of the caller's pipes (a shell waiting for the launcher's output would wait for
-    // this process too), and outlives the terminal's Ctrl-C, which the launcher handles.
+  // The pipe on stdin; stdout and stderr to /dev/null and no other descriptor, so it holds none of
+  // the caller's pipes (a shell waiting for the launcher's output would wait for it too); and it
+  // outlives the terminal's Ctrl-C, which the launcher handles.
+  [[noreturn]] static void watch(int read_end, char* const* argv) {
     const int null = ::open("/dev/null", O_RDWR);
-    for (int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO}) ::dup2(null, fd);
-    for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, SIG_IGN);
-    char byte = 0;
-    while (::read(read_end, &byte, 1) < 0 && errno == EINTR) {
-    }
-    std::error_code ignored;
-    std::filesystem::remove_all(directory, ignored);
-    ::_exit(0);
+    ::dup2(read_end, STDIN_FILENO);  // dup2 clears close-on-exec on the copy
+    ::dup2(null, STDOUT_FILENO);
+    ::dup2(null, STDERR_FILENO);
+    ::close_range(STDERR_FILENO + 1, ~0U, 0);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    for (int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &ignore, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execv(argv[0], argv);
+    ::_exit(127);
   }
 
   pid_t pid_ = -1;
@@ -129,20 +149,18 @@ std::vector<std::string> rank_environment(const LaunchOptions& options, int rank
 }
 
 // In the child between fork and exec: die with the launcher, default signals, then exec.
-[[noreturn]] void exec_rank(const std::vector<std::string>& command, const std::vector<std::string>& env,
-                            pid_t launcher) {
+// In the child between fork and exec: die with the launcher, default signals, then exec. Only
+// async-signal-safe calls here (the launcher may have threads: CUDA's, with --backend nccl), so
+// argv and envp are built before the fork.
+[[noreturn]] void exec_rank(char* const* argv, char* const* envp, pid_t launcher) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != launcher) ::_exit(127);  // the launcher died before prctl took effect
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  std::vector<char*> argv, envp;
-  for (const std::string& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  for (const std::string& entry : env) envp.push_back(const_cast<char*>(entry.c_str()));
-  envp.push_back(nullptr);
-  ::execve(argv[0], argv.data(), envp.data());
-  std::fprintf(stderr, "stratsim run: cannot start %s: %s\n", argv[0], std::strerror(errno));
+  ::execve(argv[0], argv, envp);
+  constexpr char kMessage[] = "stratsim run: cannot start the rank's program (execve failed)\n";
+  [[maybe_unused]] const ssize_t ignored = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
   ::_exit(127);
 }
 
@@ -150,7 +168,8 @@ std::string describe_exit(const Child& child, const Child* first_failure) {
   const std::string who = fmt::format("rank {} (pid {})", child.rank, child.pid);
   const std::string first = first_failure ? fmt::format("rank {}", first_failure->rank) : "another rank";
   if (child.leftover == Leftover::hung && child.stopped)
-    return fmt::format("{} hung: stopped (SIGSTOP) while the others waited for it; killed", who);
+    return fmt::format("{} hung: stopped (SIG{}) while the others waited for it; killed", who,
+                       ::sigabbrev_np(child.stopped) ? ::sigabbrev_np(child.stopped) : "?");
   if (child.leftover == Leftover::hung)
     return fmt::format("{} hung: still running {} s after {} had failed, past the timeout; killed", who,
                        kFailureGrace.count(), first);
@@ -180,7 +199,6 @@ class Supervisor {
       rendezvous = "file:" + private_directory_;
     }
     block_signals();
-    started_ = Clock::now();
     bool interrupted = false;
     try {
       for (int rank = 0; rank < options_.nproc; ++rank) start(rank, run_id, rendezvous);
@@ -210,6 +228,7 @@ class Supervisor {
 
   void start(int rank, const std::string& run_id, const std::string& rendezvous) {
     const std::vector<std::string> env = rank_environment(options_, rank, run_id, rendezvous);
+    const std::vector<char*> argv = c_strings(options_.command), envp = c_strings(env);
     const pid_t launcher = ::getpid();
     const pid_t pid = ::fork();
     if (pid < 0) {
@@ -217,7 +236,7 @@ class Supervisor {
       wait_all();
       throw core::InputError(fmt::format("cannot start rank {}: {}", rank, std::strerror(errno)));
     }
-    if (pid == 0) exec_rank(options_.command, env, launcher);
+    if (pid == 0) exec_rank(argv.data(), envp.data(), launcher);
     children_.push_back(Child{rank, pid});
   }
 
@@ -234,8 +253,11 @@ class Supervisor {
       }
       reap();
       if (!deadline && first_failure()) deadline = Clock::now() + kFailureGrace;
-      // A stopped rank cannot end on its own: when only such ranks are left, the grace is over.
-      if (deadline && (Clock::now() > *deadline || only_stopped_left())) {
+      // Every other rank done and one stopped: it gets the timeout to be continued (a debugger).
+      if (!deadline && only_stopped_left()) deadline = Clock::now() + options_.timeout;
+      // A stopped rank cannot end on its own: after a failure, once only such ranks are left, the
+      // grace is over.
+      if (deadline && (Clock::now() > *deadline || (first_failure() && only_stopped_left()))) {
         judge_leftovers();
         kill_all(SIGKILL);
         wait_all();
@@ -244,14 +266,14 @@ class Supervisor {
     return false;
   }
 
-  // A failure that came before the timeout could have elapsed is an error of that rank's own (a
-  // peer's death reaches the others at once); one after it may be a timeout on a peer that never
-  // answered, and that peer is the one still running.
+  // A rank still running is hung when it is stopped, or when the first failure was a rank timing
+  // out on a peer (exit status kTimedOutStatus): that peer is the one still running. After a
+  // failure of a rank's own (an error, a death), the others were only waiting on it.
   void judge_leftovers() {
     const Child* first = first_failure();
-    const bool late = first && first->ended - started_ >= options_.timeout;
+    const bool timed_out = !first || (WIFEXITED(first->status) && WEXITSTATUS(first->status) == kTimedOutStatus);
     for (Child& child : children_)
-      if (child.running) child.leftover = child.stopped || late ? Leftover::hung : Leftover::waiting;
+      if (child.running) child.leftover = child.stopped || timed_out ? Leftover::hung : Leftover::waiting;
   }
 
   bool only_stopped_left() const {
@@ -275,19 +297,21 @@ class Supervisor {
     return first;
   }
 
+  // Ranks that ended within one tick share its time: their order within it is unknown.
   void reap() {
+    const Clock::time_point now = Clock::now();
     for (Child& child : children_) {
       if (!child.running) continue;
       int status = 0;
       while (::waitpid(child.pid, &status, WNOHANG | WUNTRACED | WCONTINUED) == child.pid) {
         if (WIFSTOPPED(status)) {
-          child.stopped = true;
+          child.stopped = WSTOPSIG(status);
         } else if (WIFCONTINUED(status)) {
-          child.stopped = false;
+          child.stopped = 0;
         } else {
           child.running = false;
           child.status = status;
-          child.ended = Clock::now();
+          child.ended = now;
           break;
         }
       }
@@ -356,7 +380,6 @@ class Supervisor {
   }
 
   const LaunchOptions& options_;
-  Clock::time_point started_{};
   std::vector<Child> children_;
   std::string private_directory_;
   std::unique_ptr<DirectoryWatcher> watcher_;

@@ -15,13 +15,14 @@ void require_devices(const PlatformSpec& platform, int devices, int world_size);
 // Resolves the rank mode: representative unless stragglers ask for per-rank behaviour.
 RankMode effective_mode(const SimOptions& options);
 
-// Creates the SimGrid engine, builds the platform, runs the program and returns the timings.
-// Throws core::InputError for impossible mappings. Must be called at most once per process.
 // What the simulation process tells its parent besides the result.
 struct EngineHooks {
   std::function<void()> platform_built;  // runs once the platform is built (a later death is not the file's)
   int log_fd = -1;                       // SimGrid's log goes here, one message per line, when >= 0
 };
+
+// Creates the SimGrid engine, builds the platform, runs the program and returns the timings.
+// Throws core::InputError for impossible mappings. Must be called at most once per process.
 SimResult run_engine(const core::Program& program, const PlatformSpec& platform, const SimOptions& options,
                      const EngineHooks& hooks = {});
 

@@ -177,7 +177,11 @@ SimResult simulate(const core::Program& program, const PlatformSpec& platform, c
   std::fflush(stderr);
   const pid_t parent = ::getpid();
   const pid_t child = ::fork();
-  if (child < 0) throw std::runtime_error("simulate: cannot fork the simulation process");
+  if (child < 0) {
+    for (const int fd : {fds[0], fds[1], log_fd})
+      if (fd >= 0) ::close(fd);
+    throw std::runtime_error("simulate: cannot fork the simulation process");
+  }
   if (child == 0) {
     // Die with the caller: a `simulate` ended by a signal must not leave SimGrid running (the
     // check after prctl covers a caller that died before it took effect).
@@ -194,7 +198,7 @@ SimResult simulate(const core::Program& program, const PlatformSpec& platform, c
   }
   const bool platform_built = !bytes.empty() && bytes[0] == kPlatformBuilt;
   if (platform_built) bytes.erase(0, 1);
-  const std::string log = log_fd >= 0 ? last_log_line(log_fd) : "";
+  const std::string log = log_fd >= 0 && bytes.empty() ? last_log_line(log_fd) : "";  // read only when it died
   if (log_fd >= 0) ::close(log_fd);
   if (bytes.empty()) std::rethrow_exception(died(status, platform, platform_built, log));
   const std::string payload = bytes.substr(1);

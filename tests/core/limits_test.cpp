@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 
@@ -104,6 +106,16 @@ TEST(Limits, IntegersPastInt64AreRefused) {
         << value;
   EXPECT_EQ(input_error([] { plan_from_json(R"({"world_size": 2, "batch_size": 9223372036854775807.0})"); }),
             "plan.json: batch_size: expected an integer (64-bit), got number 9.223372036854776e+18");
+}
+
+// A regular file past the limit is refused by its size, before it is read (a sparse file here:
+// reading it would allocate the whole GiB).
+TEST(Limits, AFileLargerThanTheLimitIsRefusedUnread) {
+  const std::string path = testing::TempDir() + "/stratsim-huge-model.json";
+  std::ofstream(path).close();
+  std::filesystem::resize_file(path, static_cast<std::uintmax_t>(kMaxDocumentBytes) + 1);
+  EXPECT_EQ(input_error([&] { load_model(path); }), path + ": larger than 1 GiB (stratsim's limit per document)");
+  std::filesystem::remove(path);
 }
 
 TEST(Limits, CheckedProduct) {

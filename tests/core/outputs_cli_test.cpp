@@ -103,6 +103,23 @@ TEST_F(OutputFiles, PlanWritesItsProgramAndReportTogether) {
   EXPECT_EQ(names(), (std::vector<std::string>{"program.json"}));
 }
 
+// /dev/stdout is /proc/self/fd/1, a link the kernel resolves to whatever the shell opened: a
+// pipe, a file it truncated, a file it appends to. Each gets the report; none is replaced.
+TEST_F(OutputFiles, DevStdoutWritesWhereTheShellPointsIt) {
+  const std::string plan = std::string(STRATSIM_BINARY) + " plan --json -o /dev/stdout";
+  CliRun piped = run_shell(plan + " | cat");
+  EXPECT_EQ(piped.code, 0);
+  EXPECT_NE(piped.out.find("\"counts\""), std::string::npos) << piped.out.substr(0, 300);
+  ASSERT_EQ(run_shell(plan + " > " + at("out.json")).code, 0);
+  EXPECT_NE(read_file(at("out.json")).find("\"counts\""), std::string::npos);
+  write(at("log.txt"), "first line\n");
+  ASSERT_EQ(run_shell(plan + " >> " + at("log.txt")).code, 0);
+  const std::string log = read_file(at("log.txt"));
+  EXPECT_EQ(log.rfind("first line\n", 0), 0u) << log.substr(0, 100);
+  EXPECT_NE(log.find("\"counts\""), std::string::npos);
+  EXPECT_EQ(names(), (std::vector<std::string>{"log.txt", "out.json"}));
+}
+
 TEST_F(OutputFiles, AFileTheUserMayNotWriteIsNotReplaced) {
   if (::geteuid() == 0) GTEST_SKIP() << "root may write any file";
   write(at("report.txt"), "read only\n");

@@ -18,6 +18,9 @@ namespace stratsim::exec {
 // How long the other ranks get to end once one has failed: a peer's death reaches them at once
 // (their sockets close); a peer's hang reached them through their own timeout already.
 inline constexpr std::chrono::seconds kFailureGrace{2};
+// The exit status of a rank that timed out waiting for a peer (a collective, the rendezvous):
+// the launcher then blames the rank that is still running, not the one that gave up on it.
+inline constexpr int kTimedOutStatus = 3;
 // Ranks one launcher starts on one host: one process each.
 inline constexpr int kMaxLocalRanks = 1024;
 

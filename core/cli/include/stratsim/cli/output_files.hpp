@@ -6,8 +6,9 @@
 //    once every output of the command has been staged, so a failure (a full disk, a quota, a
 //    second output that cannot be written) leaves every existing file as it was and no temporary.
 //  - A symbolic link is written through: the file it points at is replaced, the link stays.
-//  - A device, FIFO or socket (-o /dev/null, -o /dev/stdout, a pipe) is written in place: renaming
-//    a file over it would replace the device itself.
+//  - A device, FIFO or socket (-o /dev/null, a pipe) is written in place: renaming a file over it
+//    would replace the device itself. So is a descriptor's file (-o /dev/stdout > out.txt, or
+//    >> log.txt), appended to where the shell left it.
 //  - An existing file keeps its permission bits.
 //
 //   cli::check_writable({"report.json", "trace.json"});  // before the work
