@@ -10,6 +10,9 @@
 #include <string>
 
 #include "stratsim/core/errors.hpp"
+#include "stratsim/core/model_io.hpp"
+#include "stratsim/core/plan.hpp"
+#include "stratsim/core/planner.hpp"
 
 namespace stratsim::fuzz {
 
@@ -49,6 +52,22 @@ bool accepted(const std::string& origin, Body&& body) {
     check_error(error, "");  // PyTorch's words, naming the module or plan step
   }
   return false;
+}
+
+// What the platform targets simulate: DDP of a small MLP on 2 ranks, planned once.
+inline const core::Program& small_ddp_program() {
+  static const core::Program program =
+      core::plan_training(core::load_model("zoo:SimpleMLP"), core::load_plan("builtin:ddp")).program;
+  return program;
+}
+
+// Every document reader takes JSON and YAML (by the file's extension): each input is read as both,
+// through `read(text, origin, yaml)`.
+template <class Read>
+void as_json_and_yaml(const std::uint8_t* data, std::size_t size, Read&& read) {
+  const std::string text = text_of(data, size);
+  read(text, "fuzz.json", false);
+  read(text, "fuzz.yaml", true);
 }
 
 }  // namespace stratsim::fuzz

@@ -37,8 +37,6 @@ void read_and_plan(const std::string& text, const std::string& origin, bool yaml
 }  // namespace stratsim::fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const std::string text = stratsim::fuzz::text_of(data, size);
-  stratsim::fuzz::read_and_plan(text, "fuzz.json", false);
-  stratsim::fuzz::read_and_plan(text, "fuzz.yaml", true);
+  stratsim::fuzz::as_json_and_yaml(data, size, stratsim::fuzz::read_and_plan);
   return 0;
 }

@@ -6,9 +6,6 @@
 #include <cstdint>
 
 #include "fuzz_support.hpp"
-#include "stratsim/core/model_io.hpp"
-#include "stratsim/core/plan.hpp"
-#include "stratsim/core/planner.hpp"
 #include "stratsim/sim/platform.hpp"
 #include "stratsim/sim/simulator.hpp"
 
@@ -16,12 +13,6 @@ namespace stratsim::fuzz {
 namespace {
 
 constexpr int kSimulatedDevices = 1024;
-
-const core::Program& small_program() {
-  static const core::Program program =
-      core::plan_training(core::load_model("zoo:SimpleMLP"), core::load_plan("builtin:ddp")).program;
-  return program;
-}
 
 void read_and_simulate(const std::string& text, const std::string& origin, bool yaml) {
   sim::PlatformSpec platform;
@@ -33,15 +24,13 @@ void read_and_simulate(const std::string& text, const std::string& origin, bool 
   // under the sanitizers: past the fuzzer's per-input timeout. Fuzzing is after the numbers' edge
   // cases, which a small platform reaches as well.
   if (!read || platform.device_count() > kSimulatedDevices) return;
-  accepted("", [&] { sim::simulate(small_program(), platform); });
+  accepted("", [&] { sim::simulate(small_ddp_program(), platform); });
 }
 
 }  // namespace
 }  // namespace stratsim::fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const std::string text = stratsim::fuzz::text_of(data, size);
-  stratsim::fuzz::read_and_simulate(text, "fuzz.json", false);
-  stratsim::fuzz::read_and_simulate(text, "fuzz.yaml", true);
+  stratsim::fuzz::as_json_and_yaml(data, size, stratsim::fuzz::read_and_simulate);
   return 0;
 }

@@ -14,20 +14,11 @@
 #include <fmt/format.h>
 
 #include "fuzz_support.hpp"
-#include "stratsim/core/model_io.hpp"
-#include "stratsim/core/plan.hpp"
-#include "stratsim/core/planner.hpp"
 #include "stratsim/sim/platform.hpp"
 #include "stratsim/sim/simulator.hpp"
 
 namespace stratsim::fuzz {
 namespace {
-
-const core::Program& small_program() {
-  static const core::Program program =
-      core::plan_training(core::load_model("zoo:SimpleMLP"), core::load_plan("builtin:ddp")).program;
-  return program;
-}
 
 // One file per fuzzing process, rewritten per input and removed at exit.
 struct ScratchFile {
@@ -58,6 +49,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::ofstream out(scratch.path, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   }
-  fuzz::accepted(scratch.path, [&] { sim::simulate(fuzz::small_program(), sim::parse_platform(scratch.path)); });
+  fuzz::accepted(scratch.path, [&] { sim::simulate(fuzz::small_ddp_program(), sim::parse_platform(scratch.path)); });
   return 0;
 }
