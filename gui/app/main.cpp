@@ -36,12 +36,21 @@ constexpr int kBadInput = 2;
   std::exit(kBadInput);
 }
 
+// The uses that open no window: rendering, the report, and the help and version texts.
 bool wants_headless(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--render") == 0 || std::strcmp(argv[i], "--report") == 0 ||
-        std::strncmp(argv[i], "--render=", 9) == 0)
-      return true;
+    for (const char* option : {"--render", "--report", "--help", "-h", "--help-all", "--version", "-v"})
+      if (std::strcmp(argv[i], option) == 0 ||
+          (std::strncmp(argv[i], option, std::strlen(option)) == 0 && argv[i][std::strlen(option)] == '='))
+        return true;
   return false;
+}
+
+// A window needs a display: without one (an SSH session, a CI box) Qt aborts with a page of
+// advice about platform plugins. Said in one line instead, before Qt tries.
+bool has_display() {
+  return !qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM") || !qEnvironmentVariableIsEmpty("DISPLAY") ||
+         !qEnvironmentVariableIsEmpty("WAYLAND_DISPLAY");
 }
 
 QSize parse_size(const QString& text) {
@@ -120,6 +129,10 @@ int main(int argc, char** argv) {
   if (headless) {
     qInstallMessageHandler(quiet_messages);
     if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
+  } else if (!has_display()) {
+    QTextStream(stderr) << "stratsim-view: error: no display to open a window on (set DISPLAY, run under xvfb-run, "
+                           "or use --render OUT.png / --report without one)\n";
+    return kBadInput;
   }
   QApplication app(argc, argv);
   QApplication::setOrganizationName(QStringLiteral("stratsim"));

@@ -2,8 +2,10 @@
 // checked), --report prints the numbers the panels show (checked against core's analysis of the
 // same file), and bad input exits 2 with one line on stderr and leaves no PNG. Also regenerates
 // the README's screenshot and compares it with the committed one (size and key pixel colours).
+#include <QFileInfo>
 #include <QImage>
 #include <QProcess>
+#include <QProcessEnvironment>
 #include <QTemporaryDir>
 #include <QtTest/QtTest>
 
@@ -24,8 +26,14 @@ struct Result {
   QString out, err;
 };
 
-Result view(const QStringList& arguments) {
+// `without_display`: no DISPLAY, WAYLAND_DISPLAY or QT_QPA_PLATFORM, as over SSH or on a CI box.
+Result view(const QStringList& arguments, bool without_display = false) {
   QProcess process;
+  if (without_display) {
+    QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+    for (const char* name : {"DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"}) environment.remove(QString(name));
+    process.setProcessEnvironment(environment);
+  }
   process.start(QStringLiteral(STRATSIM_VIEW_BINARY), arguments);
   process.waitForFinished(120000);
   return {process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1,
@@ -119,6 +127,22 @@ class HeadlessTest : public QObject {
         core::analyse_window(doc.timeline.program, doc.timeline.result, 100e-6, 300e-6);
     QVERIFY2(ranged.out.contains(formatTime(window[0].compute)), qPrintable(ranged.out));
     QVERIFY(ranged.out.contains("range 100 us .. 300 us"));
+  }
+
+  // Without a display: the help, the version and a render work; a window is refused in one line
+  // (Qt would abort with a page about platform plugins).
+  void withoutADisplayOnlyTheWindowIsRefused() {
+    Result help = view({QStringLiteral("--help")}, true);
+    QCOMPARE(help.code, 0);
+    QVERIFY2(help.out.contains(QStringLiteral("--render")), qPrintable(help.out));
+    QCOMPARE(view({QStringLiteral("--version")}, true).code, 0);
+    const QString png = dir_.filePath("nodisplay.png");
+    QCOMPARE(view({QStringLiteral("--render"), png, timeline_}, true).code, 0);
+    QVERIFY(QFileInfo(png).size() > 0);
+    Result window = view({timeline_}, true);
+    QCOMPARE(window.code, 2);
+    QCOMPARE(window.err, QStringLiteral("stratsim-view: error: no display to open a window on (set DISPLAY, run under "
+                                        "xvfb-run, or use --render OUT.png / --report without one)\n"));
   }
 
   void badInputExitsTwoWithOneLineAndNoPng() {
