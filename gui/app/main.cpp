@@ -7,12 +7,12 @@
 // --render and --report need no display (Qt's offscreen platform is chosen for them). Bad input:
 // exit 2, one line on stderr ("stratsim-view: error: FILE: FIELD: what was expected"), no PNG.
 #include <QApplication>
+#include <QBuffer>
 #include <QCommandLineParser>
 #include <QDir>
 #include <QFileInfo>
 #include <QImage>
 #include <QPainter>
-#include <QSaveFile>
 #include <QSvgGenerator>
 #include <QTextStream>
 
@@ -21,6 +21,8 @@
 #include <optional>
 
 #include "model/report_text.hpp"
+#include "stratsim/cli/output_files.hpp"
+#include "stratsim/core/errors.hpp"
 #include "widgets/main_window.hpp"
 #include "widgets/panels.hpp"
 #include "widgets/timeline_view.hpp"
@@ -72,6 +74,11 @@ LoadOutcome load_or_fail(const QString& file) {
 // embedded image, as the viewer draws them).
 int render(const QString& out, const QString& file, std::optional<std::pair<double, double>> range, QSize size,
            const QString& view) {
+  try {
+    stratsim::cli::check_writable({out.toStdString()});  // before the reading and the drawing
+  } catch (const stratsim::core::InputError& error) {
+    fail(QString::fromStdString(error.what()));
+  }
   const LoadOutcome outcome = load_or_fail(file);
   const LoadedDocument& document = *outcome.document;
   const bool summary = view == QLatin1String("summary");
@@ -92,14 +99,15 @@ int render(const QString& out, const QString& file, std::optional<std::pair<doub
     if (summary) charts.render(painter, size);
     else timeline.render(painter, size);
   };
-  // All or nothing: QSaveFile writes beside the target and renames on commit.
-  QSaveFile save(out);
-  if (!save.open(QIODevice::WriteOnly))
-    fail(QStringLiteral("%1: cannot write the file (%2)").arg(out, save.errorString()));
+  // Drawn into memory, then written by the CLI's output rules (core/cli/.../output_files.hpp): all
+  // or nothing, a link written through, a FIFO or /dev/stdout written in place, never replaced.
+  QByteArray bytes;
+  QBuffer buffer(&bytes);
+  buffer.open(QIODevice::WriteOnly);
   bool drawn = true;
   if (out.endsWith(QLatin1String(".svg"), Qt::CaseInsensitive)) {
     QSvgGenerator svg;
-    svg.setOutputDevice(&save);
+    svg.setOutputDevice(&buffer);
     svg.setSize(size);
     svg.setViewBox(QRect(QPoint(0, 0), size));
     svg.setTitle(QStringLiteral("stratsim-view %1").arg(QFileInfo(file).fileName()));
@@ -110,9 +118,14 @@ int render(const QString& out, const QString& file, std::optional<std::pair<doub
     QPainter painter(&image);
     draw(painter);
     painter.end();
-    drawn = image.save(&save, "PNG");
+    drawn = image.save(&buffer, "PNG");
   }
-  if (!drawn || !save.commit()) fail(QStringLiteral("%1: cannot write the file (%2)").arg(out, save.errorString()));
+  if (!drawn) fail(QStringLiteral("%1: cannot encode the image").arg(out));
+  try {
+    stratsim::cli::write_atomically(out.toStdString(), bytes.toStdString());
+  } catch (const stratsim::core::InputError& error) {
+    fail(QString::fromStdString(error.what()));
+  }
   return 0;
 }
 

@@ -2,6 +2,9 @@
 // checked), --report prints the numbers the panels show (checked against core's analysis of the
 // same file), and bad input exits 2 with one line on stderr and leaves no PNG. Also regenerates
 // the README's screenshot and compares it with the committed one (size and key pixel colours).
+#include <sys/stat.h>
+
+#include <QFile>
 #include <QFileInfo>
 #include <QImage>
 #include <QProcess>
@@ -10,6 +13,7 @@
 #include <QtTest/QtTest>
 
 #include <cstdlib>
+#include <thread>
 
 #include "model/document_loader.hpp"
 #include "model/viewport.hpp"
@@ -143,6 +147,36 @@ class HeadlessTest : public QObject {
     QCOMPARE(window.code, 2);
     QCOMPARE(window.err, QStringLiteral("stratsim-view: error: no display to open a window on (set DISPLAY, run under "
                                         "xvfb-run, or use --render OUT.png / --report without one)\n"));
+  }
+
+  // The CLI's output rules (output_files.hpp): a link is written through, a FIFO and /dev/stdout in
+  // place (QSaveFile replaced a FIFO with a regular file), an impossible path refused before the work.
+  void rendersThroughLinksAndIntoPipes() {
+    const QString real = dir_.filePath("real.png"), link = dir_.filePath("link.png");
+    QVERIFY(QFile::link(real, link));
+    QCOMPARE(view({QStringLiteral("--render"), link, timeline_}).code, 0);
+    QVERIFY(QFileInfo(link).isSymLink());
+    QVERIFY(QFileInfo(real).size() > 0);
+    const QString fifo = dir_.filePath("pipe.png");
+    QCOMPARE(::mkfifo(fifo.toLocal8Bit().constData(), 0600), 0);
+    QByteArray drained;
+    std::thread reader([&] {
+      QFile in(fifo);
+      if (in.open(QIODevice::ReadOnly)) drained = in.readAll();
+    });
+    const Result piped = view({QStringLiteral("--render"), fifo, timeline_});
+    if (QFileInfo(fifo).isFile()) {
+      reader.detach();
+      QFAIL("the FIFO was replaced by a regular file");
+    }
+    reader.join();
+    QCOMPARE(piped.code, 0);
+    QVERIFY(drained.startsWith("\x89PNG"));
+    const Result missing = view({QStringLiteral("--render"), QStringLiteral("/nonexistent/x.png"), timeline_});
+    QCOMPARE(missing.code, 2);
+    QCOMPARE(
+        missing.err,
+        QStringLiteral("stratsim-view: error: /nonexistent/x.png: cannot write file (no directory /nonexistent)\n"));
   }
 
   void badInputExitsTwoWithOneLineAndNoPng() {
