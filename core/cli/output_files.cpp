@@ -117,6 +117,9 @@ class Stage {
   }
 
   // Devices first (a failure there still leaves every regular file untouched), then the renames.
+  // A rename within one directory fails only when the file system does (EIO, a read-only
+  // remount): the outputs renamed before it then stay, the rest are discarded. Undoing them would
+  // need a copy of each replaced file, which this does not keep.
   void commit() {
     for (const PendingOutput& output : pending_)
       if (output.temporary.empty()) write_in_place(output);
