@@ -191,7 +191,7 @@ Workload workload_of(const Model& model, const Plan& plan) {
     if (int d = plan.mesh.dim_index(dim); d >= 0) tp_size *= plan.mesh.dim_size(d);
   Workload workload;
   workload.samples_per_step = static_cast<double>(plan.batch_size) * plan.world_size / tp_size;
-  workload.tokens_per_sample = static_cast<double>(plan.seq_len > 0 ? plan.seq_len : model.seq_len);
+  workload.tokens_per_sample = static_cast<double>(plan.sequence_length(model.seq_len));
   return workload;
 }
 

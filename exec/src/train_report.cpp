@@ -46,7 +46,7 @@ std::string forward_use_reason(const core::Model& model) {
 // are even. A sequence-sharded input is each rank's own positions, so only a replicated one can
 // be split unevenly later.
 std::string uneven_sequence_reason(const core::Model& model, const core::Plan& plan, const core::PlanResult& planned) {
-  const std::int64_t seq = plan.seq_len > 0 ? plan.seq_len : model.seq_len;
+  const std::int64_t seq = plan.sequence_length(model.seq_len);
   if (seq <= 0 || planned.input_placement == core::Placement::shard(1)) return "";
   const int tp = planned.program.mesh.group_size(planned.input_dims);
   if (seq % tp == 0) return "";

@@ -84,7 +84,7 @@ RankState::RankState(const core::Model& model, const core::Plan& plan, const cor
   tp_position = position_in(tp_group, rank);
   // DTensor.from_local: a sharded input is this rank's piece, so the replica's input is tp pieces
   // along that dim; a sequence model's rows are (sample, position) pairs.
-  const std::int64_t seq = plan.seq_len > 0 ? plan.seq_len : model.seq_len;
+  const std::int64_t seq = plan.sequence_length(model.seq_len);
   replica_sequences = plan.batch_size * (planned.input_placement == Placement::shard(0) ? tp : 1);
   if (seq > 0) sequence = seq * (planned.input_placement == Placement::shard(1) ? tp : 1);
   replica_rows = replica_sequences * std::max<std::int64_t>(sequence, 1);

@@ -38,7 +38,7 @@ void check_activation_size(const Model& model, const std::vector<std::int64_t>& 
 
 // The model input as a plan feeds it: [batch, features], or [batch, seq, features | 1 token id].
 std::vector<std::int64_t> model_input_shape(const Plan& plan, const Model& model) {
-  const std::int64_t seq = plan.seq_len > 0 ? plan.seq_len : model.seq_len;
+  const std::int64_t seq = plan.sequence_length(model.seq_len);
   if (seq > 0) return {plan.batch_size, seq, model.token_input ? 1 : model.input_features};
   return {plan.batch_size, model.input_features};
 }

@@ -190,7 +190,7 @@ struct Plan {
   int world_size = 1;
   DeviceMesh mesh;
   std::int64_t batch_size = 1;  // per rank, per micro-step
-  std::int64_t seq_len = 0;     // sequence models; 0 = model default
+  std::int64_t seq_len = 0;     // sequence models; 0 = model default (sequence_length())
   bool input_requires_grad = false;
   int iterations = 0;                   // 0 = not set
   int gradient_accumulation_steps = 1;  // no_sync for the first k-1 of every k micro-steps
@@ -202,6 +202,10 @@ struct Plan {
   bool loss_parallel = false;
   std::optional<double> device_memory_gib;
   std::vector<PlanStep> steps;
+
+  // The sequence length a sequence model runs with: the plan's, else the model's own (0 for a
+  // model without one).
+  std::int64_t sequence_length(std::int64_t model_seq_len) const { return seq_len > 0 ? seq_len : model_seq_len; }
 };
 
 Plan load_plan(const std::string& spec);  // file, or "builtin:NAME"
