@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../cli_support.hpp"
-#include "process_support.hpp"
+#include "../process_support.hpp"
 #include "stratsim/exec/backend.hpp"
 
 namespace {

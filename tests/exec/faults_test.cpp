@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "../cli_support.hpp"
-#include "process_support.hpp"
+#include "../process_support.hpp"
 
 namespace {
 

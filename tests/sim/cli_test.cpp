@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../cli_support.hpp"
+#include "../process_support.hpp"
 #include "stratsim/core/model_io.hpp"
 #include "stratsim/core/plan.hpp"
 #include "stratsim/core/planner.hpp"
@@ -169,22 +170,6 @@ TEST(SimulateCli, AnXmlPlatformSimGridAbortsOnIsOneLineNamingTheFile) {
   }
 }
 
-// A process that exists and is not a zombie (a reaped-late orphan still answers kill(pid, 0)).
-bool running(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  const std::size_t close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z' && line[close + 2] != 'X';
-}
-
-std::vector<pid_t> children(pid_t pid) {
-  std::vector<pid_t> out;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
-  for (pid_t child; in >> child;) out.push_back(child);
-  return out;
-}
-
 // SIGTERM to `simulate` while SimGrid runs in its child: the child dies with it (it used to run on,
 // reparented, holding gigabytes).
 TEST(SimulateCli, ASignalledSimulateLeavesNoSimulationProcess) {
@@ -203,7 +188,7 @@ TEST(SimulateCli, ASignalledSimulateLeavesNoSimulationProcess) {
   }
   pid_t simulation = 0;
   for (int i = 0; i < 3000 && simulation == 0; ++i) {  // up to 30 s: a sanitizer build plans slowly
-    if (const auto found = children(pid); !found.empty()) simulation = found.front();
+    if (const auto found = stratsim::test::processes::children_of(pid); !found.empty()) simulation = found.front();
     else std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_NE(simulation, 0) << "the simulation process never started";
@@ -213,7 +198,7 @@ TEST(SimulateCli, ASignalledSimulateLeavesNoSimulationProcess) {
   EXPECT_TRUE(WIFSIGNALED(status));
   bool gone = false;
   for (int i = 0; i < 300 && !gone; ++i) {
-    gone = !running(simulation);
+    gone = stratsim::test::processes::ended(simulation);
     if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(gone) << "simulation process " << simulation << " outlived simulate";

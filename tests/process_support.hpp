@@ -18,7 +18,7 @@
 
 #include <gtest/gtest.h>
 
-#include "../cli_support.hpp"
+#include "cli_support.hpp"
 
 namespace stratsim::test::processes {
 
