@@ -34,12 +34,7 @@ inline void use_timeline(const core::Timeline& t, const std::string& origin) {
 // `stratsim compare` reads its reports without the document dispatch: the same rule.
 inline void compare_with_itself(const nlohmann::json& doc, const std::string& origin) {
   core::RunReport report;
-  try {
-    report = core::run_report_from_json(doc, origin);
-  } catch (const core::InputError& error) {
-    check_error(error, origin);
-    return;
-  }
+  if (!accepted(origin, [&] { report = core::run_report_from_json(doc, origin); })) return;
   try {
     core::comparison_text(core::compare_runs(report, report), 15);
   } catch (const core::InputError&) {
@@ -50,12 +45,7 @@ inline void compare_with_itself(const nlohmann::json& doc, const std::string& or
 inline void read_and_use(const nlohmann::json& doc, const std::string& origin) {
   compare_with_itself(doc, origin);
   core::Document document;
-  try {
-    document = core::document_from_json(doc, origin);
-  } catch (const core::InputError& error) {
-    check_error(error, origin);
-    return;
-  }
+  if (!accepted(origin, [&] { document = core::document_from_json(doc, origin); })) return;
   switch (document.kind) {
     case core::DocumentKind::timeline:
       use_timeline(document.timeline, origin);

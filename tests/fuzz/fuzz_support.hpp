@@ -6,10 +6,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "stratsim/core/errors.hpp"
+#include "stratsim/core/json_reader.hpp"
 #include "stratsim/core/model_io.hpp"
 #include "stratsim/core/plan.hpp"
 #include "stratsim/core/planner.hpp"
@@ -59,6 +63,19 @@ inline const core::Program& small_ddp_program() {
   static const core::Program program =
       core::plan_training(core::load_model("zoo:SimpleMLP"), core::load_plan("builtin:ddp")).program;
   return program;
+}
+
+// What `parse` (core::parse_model, core::parse_plan, ...) reads from `text` as a JSON or YAML
+// document, or nothing when the input is refused cleanly.
+template <class Parse>
+auto read_document_as(const std::string& text, const std::string& origin, bool yaml, Parse&& parse)
+    -> std::optional<std::decay_t<decltype(parse(std::declval<const core::JsonReader&>()))>> {
+  std::optional<std::decay_t<decltype(parse(std::declval<const core::JsonReader&>()))>> result;
+  accepted(origin, [&] {
+    const nlohmann::json document = core::parse_document(text, origin, yaml);
+    result = parse(core::JsonReader(document, origin));
+  });
+  return result;
 }
 
 // Every document reader takes JSON and YAML (by the file's extension): each input is read as both,

@@ -13,14 +13,10 @@ namespace stratsim::fuzz {
 namespace {
 
 void read_and_plan(const std::string& text, const std::string& origin, bool yaml) {
-  core::Model model;
-  const bool read = accepted(origin, [&] {
-    const nlohmann::json document = core::parse_document(text, origin, yaml);
-    model = core::parse_model(core::JsonReader(document, origin));
-  });
-  if (!read) return;
+  const std::optional<core::Model> model = read_document_as(text, origin, yaml, core::parse_model);
+  if (!model) return;
   static const core::Plan ddp = core::load_plan("builtin:ddp");
-  accepted("", [&] { core::plan_training(model, ddp); });
+  accepted("", [&] { core::plan_training(*model, ddp); });
 }
 
 }  // namespace

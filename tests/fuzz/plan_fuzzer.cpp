@@ -24,13 +24,9 @@ const std::vector<core::Model>& models() {
 }
 
 void read_and_plan(const std::string& text, const std::string& origin, bool yaml) {
-  core::Plan plan;
-  const bool read = accepted(origin, [&] {
-    const nlohmann::json document = core::parse_document(text, origin, yaml);
-    plan = core::parse_plan(core::JsonReader(document, origin));
-  });
-  if (!read) return;
-  for (const core::Model& model : models()) accepted("", [&] { core::plan_training(model, plan); });
+  const std::optional<core::Plan> plan = read_document_as(text, origin, yaml, core::parse_plan);
+  if (!plan) return;
+  for (const core::Model& model : models()) accepted("", [&] { core::plan_training(model, *plan); });
 }
 
 }  // namespace
