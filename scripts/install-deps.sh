@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
-  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev
+  nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libsimgrid-dev
   libgloo-dev libhiredis-dev libeigen3-dev redis-server

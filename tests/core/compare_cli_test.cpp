@@ -82,7 +82,9 @@ TEST(CompareCli, DifferentProgramsAndNonReportsFail) {
   const std::string not_report = write_temp("e.json", R"({"format": "something else"})");
   r = run_cli("compare " + a + " " + not_report);
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find("expected a stratsim report"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(not_report + ": format: expected stratsim.timeline, stratsim.simulation or stratsim.program"),
+            std::string::npos)
+      << r.out;
   r = run_cli("compare " + a + " /nonexistent/report.json");
   EXPECT_EQ(r.code, 2) << r.out;
   for (const auto& path : {a, b, not_report}) std::filesystem::remove(path);
@@ -93,7 +95,7 @@ TEST(CompareCli, DifferentProgramsAndNonReportsFail) {
 TEST(CompareCli, WrongTypesAndDirectoriesAreOneLine) {
   const std::string good = write_temp("good.json", report(1, 1, 1, 1, 1).dump());
   std::vector<std::pair<std::string, std::string>> cases = {
-      {R"({"format": 1})", "expected a stratsim report"},
+      {R"({"format": 1})", "format: expected a string"},
       {R"({"format": "stratsim.simulation", "version": "1"})", "expected a stratsim report"},
   };
   json kind = report(1, 1, 1, 1, 1);
@@ -110,9 +112,14 @@ TEST(CompareCli, WrongTypesAndDirectoriesAreOneLine) {
     EXPECT_NE(r.out.find(path + ": " + cases[i].second), std::string::npos) << r.out;
     std::filesystem::remove(path);
   }
-  const auto r = run_cli("compare " + good + " " + std::filesystem::temp_directory_path().string());
+  // a folder is read as per-rank profiler traces
+  const std::string folder = write_temp("empty_folder", "");
+  std::filesystem::remove(folder);
+  std::filesystem::create_directory(folder);
+  const auto r = run_cli("compare " + good + " " + folder);
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find(": cannot read file (Is a directory)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(folder + ": no .json or .json.gz profiler traces in this folder"), std::string::npos) << r.out;
+  std::filesystem::remove(folder);
   std::filesystem::remove(good);
 }
 

@@ -81,12 +81,21 @@ class Outputs : public ::testing::Test {
             .code,
         0);
     const auto ok = [](const std::string& args) { return test::run_cli(args).code == 0; };
-    ASSERT_TRUE(ok("plan --plan builtin:fsdp-tp --model zoo:TestModel --emit-program " + d + "/program.json --json -o " +
-                   d + "/plan.json"));
+    ASSERT_TRUE(ok("plan --plan builtin:fsdp-tp --model zoo:TestModel --emit-program " + d +
+                   "/program.json --json -o " + d + "/plan.json"));
     ASSERT_TRUE(ok("plan --plan builtin:ddp --json -o " + d + "/plan-ddp.json"));
-    ASSERT_TRUE(ok("simulate --plan builtin:ddp-tp --iterations 2 --platform a100:nodes=2,gpus=2 --ranks full --json -o " +
-                   d + "/other.report.json --quiet"));
-    ASSERT_TRUE(ok("compare " + d + "/full.report.json " + d + "/other.report.json --json -o " + d + "/comparison.json"));
+    ASSERT_TRUE(
+        ok("simulate --plan builtin:ddp-tp --iterations 2 --platform a100:nodes=2,gpus=2 --ranks full --json -o " + d +
+           "/other.report.json --quiet"));
+    ASSERT_TRUE(
+        ok("compare " + d + "/full.report.json " + d + "/other.report.json --json -o " + d + "/comparison.json"));
+    // collective by collective: a simulation against the real Gloo trace, and against another
+    // model's simulation (unmatched collectives)
+    ASSERT_TRUE(ok("simulate --model zoo:SimpleMLP --iterations 3 --platform cpu:procs=2 --timeline " + d +
+                   "/mlp.json -o /dev/null --quiet"));
+    ASSERT_TRUE(ok("compare " + d + "/mlp.json " + STRATSIM_TEST_DATA + "/kineto/ddp_simplemlp_gloo --json -o " + d +
+                   "/op-comparison.json"));
+    ASSERT_TRUE(ok("compare " + d + "/mlp.json " + d + "/rep.json --json -o " + d + "/op-comparison-unmatched.json"));
   }
   static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
   static json output(const char* name) { return read_json(dir_ / name); }
@@ -113,6 +122,14 @@ TEST_F(Outputs, PlanReportsAndComparisonsMatchTheirSchemas) {
   EXPECT_EQ(plan.errors(output("plan.json")), "");
   EXPECT_EQ(plan.errors(output("plan-ddp.json")), "");
   EXPECT_EQ(Schema("comparison.schema.json").errors(output("comparison.json")), "");
+  const Schema ops("op-comparison.schema.json");
+  EXPECT_EQ(ops.errors(output("op-comparison.json")), "");
+  const json unmatched = output("op-comparison-unmatched.json");
+  EXPECT_FALSE(unmatched["unmatched"].empty());
+  EXPECT_EQ(ops.errors(unmatched), "");
+  json broken = output("op-comparison.json");
+  broken["matched"][0]["kind"] = "barrier";
+  EXPECT_NE(ops.errors(broken), "");
 }
 
 // Each schema refuses what the readers refuse: so the tests above cannot pass vacuously.
