@@ -6,8 +6,6 @@
 //   traces (one file per rank, or a folder of them), matched by rank, process group, kind,
 //   sequence and bytes (stratsim/core/op_matching.hpp).
 // The computations are core's; this file is its command line.
-#include <sys/stat.h>
-
 #include <iostream>
 #include <memory>
 #include <string>
@@ -20,7 +18,6 @@
 #include "stratsim/core/comparison.hpp"
 #include "stratsim/core/document.hpp"
 #include "stratsim/core/errors.hpp"
-#include "stratsim/core/json_reader.hpp"
 #include "stratsim/core/op_matching.hpp"
 #include "stratsim/core/profiler_trace.hpp"
 
@@ -38,11 +35,6 @@ struct CompareArgs {
 // What one side of the comparison is.
 using Input = std::variant<core::RunReport, core::Timeline, core::ProfilerTrace>;
 
-bool is_directory(const std::string& path) {
-  struct stat status {};
-  return ::stat(path.c_str(), &status) == 0 && S_ISDIR(status.st_mode);
-}
-
 std::string joined(const std::vector<std::string>& paths) {
   std::string out;
   for (const std::string& p : paths) out += (out.empty() ? "" : " ") + p;
@@ -50,21 +42,21 @@ std::string joined(const std::vector<std::string>& paths) {
 }
 
 Input read_input(const std::vector<std::string>& paths) {
-  if (paths.size() > 1 || is_directory(paths.front())) return core::read_profiler_trace(paths);
-  const std::string& path = paths.front();
-  nlohmann::json document = core::parse_document(core::read_maybe_gzipped_file(path), path, false);
-  if (core::is_profiler_trace(document)) return core::read_profiler_trace(paths);
-  core::Document read = core::document_from_json(std::move(document), path);
+  if (paths.size() > 1) return core::read_profiler_trace(paths);
+  core::Document read = core::read_document(paths.front());
   switch (read.kind) {
     case core::DocumentKind::run_report:
       return std::move(read.report);
     case core::DocumentKind::timeline:
       return std::move(read.timeline);
+    case core::DocumentKind::profiler_trace:
+      return std::move(read.trace);
     case core::DocumentKind::program:
       break;
   }
-  throw core::InputError(fmt::format(
-      "{}: a program has no times to compare: simulate it (stratsim simulate --timeline) or run it first", path));
+  throw core::InputError(
+      fmt::format("{}: a program has no times to compare: simulate it (stratsim simulate --timeline) or run it first",
+                  paths.front()));
 }
 
 core::CollectiveSide side_of(const Input& input, const std::string& file, const std::vector<int>& ranks) {

@@ -4,6 +4,8 @@
 // without a second pass or a parser callback on every value.
 #include "stratsim/core/document.hpp"
 
+#include <sys/stat.h>
+
 #include <fmt/format.h>
 
 #include <iterator>
@@ -80,6 +82,15 @@ json parse_json(const std::string& text, const std::string& origin, ProgressPoin
 }  // namespace
 
 Document document_from_json(json document, const std::string& origin) {
+  if (is_profiler_trace(document)) {
+    Document out;
+    out.origin = origin;
+    out.kind = DocumentKind::profiler_trace;
+    std::vector<RankTrace> ranks;
+    ranks.push_back(rank_trace_from_json(document, origin));
+    out.trace = assemble_profiler_trace(std::move(ranks));
+    return out;
+  }
   const JsonReader doc(document, origin);
   doc.expect_object();
   const std::string format = doc.at("format").as_string();
@@ -95,14 +106,23 @@ Document document_from_json(json document, const std::string& origin) {
     out.kind = DocumentKind::program;
     out.program = program_from_json(document, origin);
   } else {
-    doc.at("format").fail(
-        fmt::format("expected stratsim.timeline, stratsim.simulation or stratsim.program, got \"{}\"", format));
+    doc.at("format").fail(fmt::format(
+        "expected stratsim.timeline, stratsim.simulation or stratsim.program (or a profiler trace), got \"{}\"",
+        format));
   }
   return out;
 }
 
 Document read_document(const std::string& path, const ReadProgress& progress) {
-  const std::string text = read_text_file(path);
+  struct stat status {};
+  if (::stat(path.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) {
+    Document folder;
+    folder.origin = path;
+    folder.kind = DocumentKind::profiler_trace;
+    folder.trace = read_profiler_trace({path});
+    return folder;
+  }
+  const std::string text = read_maybe_gzipped_file(path);
   ProgressPoint point(progress, text.size());
   point.report(0);
   json parsed = parse_json(text, path, point);

@@ -364,6 +364,9 @@ CollectiveSide timeline_side(const Timeline& timeline, const std::string& file, 
   for (const ProgramOp& op : program.ops)
     if (op.type == OpType::collective) collective_ops.push_back(op.id);
   Interner<std::vector<int>> groups(side.groups);
+  Interner<std::string> keys(side.comm_keys);
+  std::vector<std::int32_t> key_of(program.ops.size(), 0);
+  for (const int id : collective_ops) key_of[id] = keys(program.ops[id].comm_key);
   std::map<std::vector<int>, std::string> names;
   for (const int rank : ranks) {
     if (rank < 0 || rank >= program.world_size || recorded_of[rank] < 0) continue;
@@ -380,7 +383,7 @@ CollectiveSide timeline_side(const Timeline& timeline, const std::string& file, 
     for (const int id : collective_ops) {
       const ProgramOp& op = program.ops[id];
       const OpTiming& t = timings[id];
-      out.push_back({op.group >= 0 ? group_of[op.group] : -1, op.iteration, op.stream, id,
+      out.push_back({op.group >= 0 ? group_of[op.group] : -1, op.iteration, op.stream, id, id, key_of[id],
                      static_cast<std::int8_t>(op.kind), op.bytes, t.issue, t.end});
     }
     side.ranks.push_back(rank);
@@ -400,7 +403,7 @@ CollectiveSide trace_side(const ProfilerTrace& trace, const std::string& file) {
   side.description = fmt::format("PyTorch profiler trace{}, {} of {} ranks",
                                  backend.empty() ? "" : " (" + backend + ")", trace.ranks.size(), trace.world_size);
   Interner<std::vector<int>> groups(side.groups);
-  Interner<std::string> streams(side.streams), labels(side.labels);
+  Interner<std::string> streams(side.streams), labels(side.labels), keys(side.comm_keys);
   // One stream per kind of CPU thread ("pt_gloo_runloop (thread 4242)" -> "pt_gloo_runloop"):
   // thread ids differ between ranks and runs, and Gloo spreads its work over several workers.
   const auto stream_name = [](const std::string& name) {
@@ -412,7 +415,8 @@ CollectiveSide trace_side(const ProfilerTrace& trace, const std::string& file) {
   for (const RankTrace& rank : trace.ranks) {
     std::vector<SideCollective>& out = side.by_rank.emplace_back();
     side.ranks.push_back(rank.rank);
-    for (const TraceCollective& c : rank.collectives) {
+    for (std::size_t index = 0; index < rank.collectives.size(); ++index) {
+      const TraceCollective& c = rank.collectives[index];
       std::vector<int> members = c.group;
       std::sort(members.begin(), members.end());
       const std::int32_t group = members.empty() ? -1 : groups(members);
@@ -421,7 +425,9 @@ CollectiveSide trace_side(const ProfilerTrace& trace, const std::string& file) {
       const std::int32_t label = labels(c.name.substr(0, c.name.find('(')));
       if (side.unmodelled_kinds.size() < side.labels.size()) side.unmodelled_kinds.resize(side.labels.size());
       if (!c.kind) side.unmodelled_kinds[label] = c.collective;
+      const std::int32_t key = keys(c.comm_key.empty() ? c.collective : c.comm_key);
       out.push_back({group, c.step >= 0 ? c.step + 1 : -1, streams(stream_name(rank.streams[c.stream])), label,
+                     static_cast<std::int32_t>(index), key,
                      static_cast<std::int8_t>(c.kind ? static_cast<int>(*c.kind) : -1), c.bytes, c.start, c.end});
     }
     for (const TraceStep& s : rank.steps) {
@@ -443,6 +449,51 @@ OpComparison match_collectives(const CollectiveSide& predicted, const Collective
     return a.rank != b.rank ? a.rank < b.rank : a.predicted < b.predicted;
   });
   summarise(out, predicted, measured);
+  return out;
+}
+
+std::vector<CountDifference> count_differences(const CollectiveSide& p, const CollectiveSide& m,
+                                               const OpComparison& comparison) {
+  int rank = -1;
+  for (const int r : m.ranks)
+    if (std::binary_search(p.ranks.begin(), p.ranks.end(), r)) {
+      rank = r;
+      break;
+    }
+  if (rank < 0) return {};
+  std::set<int> predicted_iterations, measured_iterations;
+  for (const auto& [pi, mi] : comparison.iterations) predicted_iterations.insert(pi), measured_iterations.insert(mi);
+  // (key, members) -> counts; names for the group column
+  std::map<std::pair<std::string, std::vector<int>>, std::pair<int, int>> counts;
+  std::map<std::vector<int>, std::string> names;
+  const auto count = [&](const CollectiveSide& side, const std::set<int>& iterations, bool predicted) {
+    const auto slot = std::lower_bound(side.ranks.begin(), side.ranks.end(), rank) - side.ranks.begin();
+    for (const SideCollective& c : side.by_rank[slot]) {
+      if (!iterations.contains(c.iteration)) continue;
+      const std::vector<int> members = c.group >= 0 ? side.groups[c.group] : std::vector<int>{};
+      if (c.group >= 0 && !side.group_names[c.group].empty()) names.emplace(members, side.group_names[c.group]);
+      auto& [a, b] = counts[{side.comm_keys[c.comm_key], members}];
+      ++(predicted ? a : b);
+    }
+  };
+  count(p, predicted_iterations, true);
+  count(m, measured_iterations, false);
+  std::vector<CountDifference> out;
+  for (const auto& [key, n] : counts) {
+    const auto& [comm_key, members] = key;
+    const auto name = names.find(members);
+    CountDifference d{
+        comm_key,
+        members.empty() ? std::string("(group unknown)")
+                        : fmt::format("{}[{}]", name == names.end() ? "" : name->second + " ", describe_ranks(members)),
+        n.first, n.second, ""};
+    d.change = d.predicted == 0           ? "added"
+               : d.measured == 0          ? "removed"
+               : d.measured > d.predicted ? "more"
+               : d.measured < d.predicted ? "fewer"
+                                          : "unchanged";
+    out.push_back(std::move(d));
+  }
   return out;
 }
 
@@ -480,6 +531,14 @@ std::string op_comparison_text(const OpComparison& c, const CollectiveSide& p, c
                        pair->predicted_iteration, p.labels[pc.label].substr(0, 28), kind_text(p, pc), pc.bytes,
                        format_seconds(pair->predicted_duration), format_seconds(pair->measured_duration),
                        percent(pair->error()));
+  }
+  const std::vector<CountDifference> counts = count_differences(p, m, c);
+  if (!counts.empty()) {
+    out << "\nCommDebugMode counts over the compared iterations (lowest common rank):\n";
+    out << fmt::format("  {:<40}  {:<24}  {:>9}  {:>9}  {}\n", "key", "group", "predicted", "measured", "");
+    for (const CountDifference& d : counts)
+      out << fmt::format("  {:<40}  {:<24}  {:>9}  {:>9}  {}\n", d.comm_key, d.group, d.predicted, d.measured,
+                         d.change);
   }
   summary_table(out, "by kind and size", c.by_kind_size);
   summary_table(out, "by stream (predicted | measured)", c.by_stream);
@@ -539,7 +598,13 @@ json op_comparison_json(const OpComparison& c, const CollectiveSide& p, const Co
                      {"predicted_s", row.predicted},
                      {"measured_s", row.measured},
                      {"error", number_or_null(row.error())}});
-  json by_kind_size = json::array(), by_stream = json::array();
+  json by_kind_size = json::array(), by_stream = json::array(), counts = json::array();
+  for (const CountDifference& d : count_differences(p, m, c))
+    counts.push_back({{"comm_key", d.comm_key},
+                      {"group", d.group},
+                      {"predicted", d.predicted},
+                      {"measured", d.measured},
+                      {"change", d.change}});
   for (const ErrorSummary& s : c.by_kind_size) by_kind_size.push_back(summary_json(s));
   for (const ErrorSummary& s : c.by_stream) by_stream.push_back(summary_json(s));
   return {{"format", "stratsim.op_comparison"},
@@ -554,6 +619,7 @@ json op_comparison_json(const OpComparison& c, const CollectiveSide& p, const Co
           {"steps", steps},
           {"by_kind_size", by_kind_size},
           {"by_stream", by_stream},
+          {"counts", counts},
           {"matched", matched},
           {"unmatched", unmatched},
           {"notes", c.notes}};

@@ -570,8 +570,7 @@ ProfilerTrace read_profiler_trace(const std::vector<std::string>& paths) {
       files.push_back(path);
     }
   }
-  ProfilerTrace trace;
-  std::map<int, std::string> file_of_rank;
+  std::vector<RankTrace> ranks;
   for (const std::string& file : files) {
     const json document = parse_document(read_maybe_gzipped_file(file), file, false);
     if (!is_profiler_trace(document)) rank_trace_from_json(document, file);  // throws its error
@@ -581,12 +580,22 @@ ProfilerTrace read_profiler_trace(const std::vector<std::string>& paths) {
           fmt::format("{}: no distributedInfo.rank, so which rank it is cannot be told among {} files (profile after "
                       "torch.distributed.init_process_group)",
                       file, files.size()));
-    RankTrace rank = builder.build();
-    if (const auto [it, added] = file_of_rank.emplace(rank.rank, file); !added)
-      throw InputError(fmt::format("{}: rank {} again ({} is rank {} too)", file, rank.rank, it->second, rank.rank));
+    ranks.push_back(builder.build());
+  }
+  return assemble_profiler_trace(std::move(ranks));
+}
+
+ProfilerTrace assemble_profiler_trace(std::vector<RankTrace> ranks) {
+  ProfilerTrace trace;
+  std::map<int, std::string> file_of_rank;
+  for (RankTrace& rank : ranks) {
+    if (const auto [it, added] = file_of_rank.emplace(rank.rank, rank.file); !added)
+      throw InputError(
+          fmt::format("{}: rank {} again ({} is rank {} too)", rank.file, rank.rank, it->second, rank.rank));
     trace.world_size = std::max(trace.world_size, rank.world_size);
     trace.ranks.push_back(std::move(rank));
   }
+  if (trace.ranks.empty()) return trace;
   std::sort(trace.ranks.begin(), trace.ranks.end(),
             [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
   if (trace.world_size == 0) trace.world_size = trace.ranks.back().rank + 1;

@@ -87,24 +87,21 @@ TraceTimeline trace_timeline(const ProfilerTrace& trace) {
     // Compute keeps a lane per thread. Collectives share one lane per kind of thread: Gloo hands
     // each collective to whichever worker thread is free, differently on each rank, while every
     // rank issues its collectives in the same order (SPMD), which is what lines them up.
+    // Streams are made as events need them, so a thread with only collectives has no empty lane.
     const std::vector<std::string> names = program_stream_names(rank);
-    std::vector<int> compute_stream(names.size()), collective_stream(names.size());
-    for (std::size_t s = 0; s < names.size(); ++s) {
-      compute_stream[s] = program.stream_id(names[s]);
-      collective_stream[s] = program.stream_id(without_thread(rank.streams[s]));
-    }
-    const auto lane = [&](int stream) -> std::vector<Item>& {
-      auto& ranks = items[stream];
+    const auto lane = [&](const std::string& name) -> std::vector<Item>& {
+      auto& ranks = items[program.stream_id(name)];
       ranks.resize(slots);
       return ranks[slot];
     };
     for (std::size_t i = 0; i < rank.collectives.size(); ++i) {
       const TraceCollective& c = rank.collectives[i];
-      lane(collective_stream[c.stream]).push_back({true, static_cast<int>(i), c.issued, c.start, c.end, c.step});
+      lane(without_thread(rank.streams[c.stream]))
+          .push_back({true, static_cast<int>(i), c.issued, c.start, c.end, c.step});
     }
     for (std::size_t i = 0; i < rank.activities.size(); ++i) {
       const TraceActivity& a = rank.activities[i];
-      lane(compute_stream[a.stream]).push_back({false, static_cast<int>(i), a.start, a.start, a.end, a.step});
+      lane(names[a.stream]).push_back({false, static_cast<int>(i), a.start, a.start, a.end, a.step});
     }
   }
   out.collective_ops.resize(slots);

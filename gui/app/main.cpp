@@ -3,6 +3,9 @@
 //   stratsim-view [FILE...]                       open files in tabs
 //   stratsim-view --render OUT.png|OUT.svg [--range START:END] [--size WxH] [--view timeline|summary] FILE
 //   stratsim-view --report FILE [--range START:END]
+//   stratsim-view --compare PREDICTED MEASURED    the two runs side by side (a comparison tab)
+//   stratsim-view --report PREDICTED MEASURED     the matched-collectives report (as `stratsim compare`)
+//   stratsim-view --render OUT.png --view compare PREDICTED MEASURED
 //
 // --render and --report need no display (Qt's offscreen platform is chosen for them). Bad input:
 // exit 2, one line on stderr ("stratsim-view: error: FILE: FIELD: what was expected"), no PNG.
@@ -13,16 +16,23 @@
 #include <QFileInfo>
 #include <QImage>
 #include <QPainter>
+#include <QPixmap>
+#include <QSplitter>
 #include <QSvgGenerator>
+#include <QTableView>
 #include <QTextStream>
 
 #include <cstdio>
 #include <cstring>
 #include <optional>
 
+#include "model/comparison_models.hpp"
 #include "model/report_text.hpp"
+#include "model/run_comparison.hpp"
 #include "stratsim/cli/output_files.hpp"
 #include "stratsim/core/errors.hpp"
+#include "stratsim/core/op_matching.hpp"
+#include "widgets/comparison_view.hpp"
 #include "widgets/main_window.hpp"
 #include "widgets/panels.hpp"
 #include "widgets/timeline_view.hpp"
@@ -68,6 +78,54 @@ LoadOutcome load_or_fail(const QString& file) {
   LoadOutcome outcome = loadDocument(file);
   if (!outcome.document) fail(outcome.error);
   return outcome;
+}
+
+std::shared_ptr<const RunComparison> compare_or_fail(const QStringList& files) {
+  const LoadOutcome predicted = load_or_fail(files[0]), measured = load_or_fail(files[1]);
+  try {
+    return std::make_shared<const RunComparison>(predicted.document, measured.document);
+  } catch (const stratsim::core::InputError& error) {
+    fail(QString::fromStdString(error.what()));
+  }
+}
+
+// `stratsim compare`'s text for the same two runs: one matching, one report.
+int compare_report(const QStringList& files, int top) {
+  const auto comparison = compare_or_fail(files);
+  QTextStream(stdout) << QString::fromStdString(stratsim::core::op_comparison_text(
+      comparison->result(), comparison->predictedSide(), comparison->measuredSide(), top));
+  return 0;
+}
+
+void write_or_fail(const QString& out, const QByteArray& bytes) {
+  try {
+    stratsim::cli::write_atomically(out.toStdString(), bytes.toStdString());
+  } catch (const stratsim::core::InputError& error) {
+    fail(QString::fromStdString(error.what()));
+  }
+}
+
+// The comparison tab as the window shows it, drawn offscreen to OUT.png.
+int render_comparison(const QString& out, const QStringList& files, QSize size) {
+  try {
+    stratsim::cli::check_writable({out.toStdString()});
+  } catch (const stratsim::core::InputError& error) {
+    fail(QString::fromStdString(error.what()));
+  }
+  ComparisonView view(compare_or_fail(files));
+  view.resize(size);
+  view.splitter()->setSizes({size.height() * 3 / 8, size.height() * 3 / 8, size.height() / 4});
+  view.setAttribute(Qt::WA_DontShowOnScreen);
+  view.show();
+  QApplication::processEvents();
+  if (view.matchedModel()->rowCount() > 0) view.matchedTable()->selectRow(0);
+  QApplication::processEvents();
+  QByteArray bytes;
+  QBuffer buffer(&bytes);
+  buffer.open(QIODevice::WriteOnly);
+  if (!view.grab().save(&buffer, "PNG")) fail(QStringLiteral("%1: cannot encode the image").arg(out));
+  write_or_fail(out, bytes);
+  return 0;
 }
 
 // Draws the view to OUT: PNG, or SVG when OUT ends in .svg (vector text and axes; the lanes are an
@@ -121,11 +179,7 @@ int render(const QString& out, const QString& file, std::optional<std::pair<doub
     drawn = image.save(&buffer, "PNG");
   }
   if (!drawn) fail(QStringLiteral("%1: cannot encode the image").arg(out));
-  try {
-    stratsim::cli::write_atomically(out.toStdString(), bytes.toStdString());
-  } catch (const stratsim::core::InputError& error) {
-    fail(QString::fromStdString(error.what()));
-  }
+  write_or_fail(out, bytes);
   return 0;
 }
 
@@ -166,10 +220,14 @@ int main(int argc, char** argv) {
                                         QStringLiteral("START:END"));
   const QCommandLineOption size_option(QStringLiteral("size"), QStringLiteral("Image size for --render"),
                                        QStringLiteral("WxH"), QStringLiteral("1600x900"));
-  const QCommandLineOption view_option(QStringLiteral("view"), QStringLiteral("timeline or summary, for --render"),
+  const QCommandLineOption view_option(QStringLiteral("view"),
+                                       QStringLiteral("timeline, summary or compare (two FILEs), for --render"),
                                        QStringLiteral("VIEW"), QStringLiteral("timeline"));
-  parser.addOptions({render_option, report_option, range_option, size_option, view_option});
-  parser.addPositionalArgument(QStringLiteral("files"), QStringLiteral("Timelines, --json reports or programs"),
+  const QCommandLineOption compare_option(
+      QStringLiteral("compare"), QStringLiteral("Open PREDICTED and MEASURED side by side, collective by collective"));
+  parser.addOptions({render_option, report_option, range_option, size_option, view_option, compare_option});
+  parser.addPositionalArgument(QStringLiteral("files"),
+                               QStringLiteral("Timelines, --json reports, programs or PyTorch profiler traces"),
                                QStringLiteral("[FILE...]"));
   if (!parser.parse(QApplication::arguments())) fail(parser.errorText());
   if (parser.isSet(QStringLiteral("help"))) parser.showHelp(0);
@@ -183,21 +241,30 @@ int main(int argc, char** argv) {
       fail(QStringLiteral("--range: expected START:END with START < END, e.g. 1.5ms:3ms, got \"%1\"")
                .arg(parser.value(range_option)));
   }
+  const QString view = parser.value(view_option);
+  const bool comparing = parser.isSet(compare_option) || view == QLatin1String("compare") ||
+                         (parser.isSet(report_option) && files.size() == 2);
+  if (comparing && files.size() != 2)
+    fail(QStringLiteral("a comparison takes two FILEs, PREDICTED and MEASURED; got %1").arg(files.size()));
+  if (comparing && parser.isSet(report_option)) return compare_report(files, 15);
+  if (comparing && parser.isSet(render_option))
+    return render_comparison(parser.value(render_option), files, parse_size(parser.value(size_option)));
   if (parser.isSet(render_option) || parser.isSet(report_option)) {
     if (files.size() != 1)
-      fail(QStringLiteral("--render and --report take exactly one FILE, got %1").arg(files.size()));
+      fail(QStringLiteral("--render and --report take one FILE (or PREDICTED MEASURED to compare), got %1")
+               .arg(files.size()));
     if (parser.isSet(report_option)) {
       const LoadOutcome outcome = load_or_fail(files.front());
       QTextStream(stdout) << reportText(*outcome.document, range);
       return 0;
     }
-    const QString view = parser.value(view_option);
     if (view != QLatin1String("timeline") && view != QLatin1String("summary"))
-      fail(QStringLiteral("--view: expected timeline or summary, got \"%1\"").arg(view));
+      fail(QStringLiteral("--view: expected timeline, summary or compare, got \"%1\"").arg(view));
     return render(parser.value(render_option), files.front(), range, parse_size(parser.value(size_option)), view);
   }
   MainWindow window;
   window.show();
-  window.openFiles(files);
+  if (comparing) window.compareFiles(files[0], files[1]);
+  else window.openFiles(files);
   return QApplication::exec();
 }

@@ -4,6 +4,7 @@
 
 #include "model/program_layout.hpp"
 #include "stratsim/core/errors.hpp"
+#include "stratsim/core/trace_timeline.hpp"
 
 namespace stratsim::gui {
 
@@ -27,6 +28,17 @@ LoadOutcome loadDocument(const QString& path, const core::ReadProgress& progress
       case core::DocumentKind::run_report:
         document->summary = summaryOf(read.report);
         break;
+      case core::DocumentKind::profiler_trace: {
+        core::TraceTimeline trace = core::trace_timeline(read.trace);
+        document->trace_side =
+            std::make_shared<const core::CollectiveSide>(core::trace_side(read.trace, path.toStdString()));
+        document->trace_collective_ops = std::move(trace.collective_ops);
+        document->trace_first_step = trace.first_step;
+        auto store = std::make_shared<const TimelineStore>(std::move(trace.timeline));
+        document->summary = summaryOf(store->program(), store->result(), store->analysis());
+        document->store = std::move(store);
+        break;
+      }
     }
     outcome.document = std::move(document);
   } catch (const core::ReadCancelled&) {

@@ -8,22 +8,31 @@
 #include <QString>
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "model/summary_data.hpp"
 #include "model/timeline_store.hpp"
 #include "stratsim/core/document.hpp"
+#include "stratsim/core/op_matching.hpp"
 
 namespace stratsim::gui {
 
 // What a file opens as. For a program (plan --emit-program) the store holds an unscheduled
-// timeline: each op in a slot (program_layout.hpp), not a time.
+// timeline: each op in a slot (program_layout.hpp), not a time. A PyTorch profiler trace (a file
+// or a folder of per-rank files) opens as the timeline core::trace_timeline makes of it.
 struct LoadedDocument {
   QString path;
   core::DocumentKind kind = core::DocumentKind::timeline;
-  std::shared_ptr<const TimelineStore> store;  // timeline and program documents
-  std::optional<SummaryData> summary;          // timeline and run report documents
+  std::shared_ptr<const TimelineStore> store;  // timeline, program and profiler trace documents
+  std::optional<SummaryData> summary;          // timeline, run report and profiler trace documents
+  // Profiler traces: the trace's collectives as comparisons match them (core::trace_side), and
+  // the store's op each became: [rank index][index into the rank's collectives] -> op id.
+  std::shared_ptr<const core::CollectiveSide> trace_side;
+  std::vector<std::vector<std::int32_t>> trace_collective_ops;
+  int trace_first_step = 0;  // the ProfilerStep#N the timeline shows as iteration 1
 };
 
 struct LoadOutcome {

@@ -45,6 +45,7 @@ class TimelineStore {
  public:
   explicit TimelineStore(core::Timeline timeline);
 
+  const core::Timeline& timeline() const { return timeline_; }
   const core::Program& program() const { return timeline_.program; }
   const core::RunResult& result() const { return timeline_.result; }
   const core::Analysis& analysis() const { return analysis_; }

@@ -40,11 +40,13 @@ void Viewport::pan(double pixels) {
   end_ += shift;
 }
 
-void Viewport::clampTo(double limit) {
-  limit = std::max(limit, kMinimumDuration);
+void Viewport::clampTo(double limit) { clampTo(0, limit); }
+
+void Viewport::clampTo(double begin, double end) {
+  const double limit = std::max(end - begin, kMinimumDuration);
   const double duration = std::min(end_ - start_, limit * 1.05);
   // Allow a 5% margin either side so the first and last ops are not glued to the edges.
-  const double low = -0.025 * limit, high = limit * 1.025;
+  const double low = begin - 0.025 * limit, high = begin + limit * 1.025;
   start_ = std::clamp(start_, low, std::max(low, high - duration));
   end_ = start_ + duration;
   normalise();

@@ -28,7 +28,8 @@ class Viewport {
   void zoom(double factor, double anchor_x);
   void pan(double pixels);  // positive: later times come into view
   // Keeps the window inside [0, limit] where it fits (never narrower than kMinimumDuration).
-  void clampTo(double limit);
+  void clampTo(double limit);              // [0, limit]
+  void clampTo(double begin, double end);  // [begin, end], with the same margins
 
   static constexpr double kMinimumDuration = 1e-9;  // one nanosecond across the whole view
 

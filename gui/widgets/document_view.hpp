@@ -31,6 +31,7 @@ class DocumentView : public QWidget {
   explicit DocumentView(std::shared_ptr<LoadedDocument> document, QWidget* parent = nullptr);
 
   const LoadedDocument& document() const { return *document_; }
+  std::shared_ptr<const LoadedDocument> sharedDocument() const { return document_; }
   TimelineView* timeline() const { return timeline_; }  // nullptr for a run report
   DetailsPanel* details() const { return details_; }
   FindBar* findBar() const { return find_; }

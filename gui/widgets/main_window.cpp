@@ -3,10 +3,14 @@
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QComboBox>
+#include <QDialog>
+#include <QDialogButtonBox>
 #include <QDragEnterEvent>
 #include <QEventLoop>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QFormLayout>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
@@ -16,6 +20,9 @@
 #include <QStatusBar>
 #include <QTabWidget>
 
+#include "model/run_comparison.hpp"
+#include "stratsim/core/errors.hpp"
+#include "widgets/comparison_view.hpp"
 #include "widgets/document_view.hpp"
 #include "widgets/timeline_view.hpp"
 
@@ -60,6 +67,8 @@ void MainWindow::buildMenus() {
   });
   open->setShortcut(QKeySequence::Open);
   recent_menu_ = file->addMenu(QStringLiteral("Open &Recent"));
+  QAction* compare = file->addAction(QStringLiteral("&Compare..."), this, &MainWindow::chooseComparison);
+  compare->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_K));
   QAction* close = file->addAction(QStringLiteral("&Close tab"), this, [this] {
     if (tabs_->count() > 0) emit tabs_->tabCloseRequested(tabs_->currentIndex());
   });
@@ -80,7 +89,8 @@ void MainWindow::showShortcuts() {
                      "W/S: zoom in/out; A/D: pan; F: fit all; Z: zoom to the selected range or op\n"
                      ". and ,: next/previous op on the lane; Home/End: start/end of the run\n"
                      "Ctrl+F: find ops by name, module or collective kind; Escape: clear\n"
-                     "Click a rank's header to collapse or expand its streams"));
+                     "Click a rank's header to collapse or expand its streams\n"
+                     "Ctrl+K: compare two open runs side by side"));
 }
 
 void MainWindow::openFiles(const QStringList& paths) {
@@ -121,13 +131,8 @@ void MainWindow::loadFinished(const LoadOutcome& outcome) {
     statusBar()->showMessage(QStringLiteral("Cancelled: %1").arg(path));
   } else if (!outcome.document) {
     // No tab for a bad file; one message in the CLI's words; other tabs untouched.
-    last_error_ = outcome.error;
-    statusBar()->showMessage(outcome.error);
-    auto* box =
-        new QMessageBox(QMessageBox::Warning, QStringLiteral("Cannot open file"), outcome.error, QMessageBox::Ok, this);
-    box->setAttribute(Qt::WA_DeleteOnClose);
-    box->open();
-    emit loadFailed(outcome.error);
+    showError(QStringLiteral("Cannot open file"), outcome.error);
+    if (pending_comparison_.contains(path)) pending_comparison_.clear();
   } else {
     auto* view = new DocumentView(outcome.document, tabs_);
     // The timeline gets most of the height until the user says otherwise (kept in the settings).
@@ -140,8 +145,93 @@ void MainWindow::loadFinished(const LoadOutcome& outcome) {
     addRecent(path);
     statusBar()->showMessage(QStringLiteral("Opened %1").arg(path));
     emit documentOpened(path);
+    comparePending();
   }
   startNextLoad();
+}
+
+void MainWindow::showError(const QString& title, const QString& message) {
+  last_error_ = message;
+  statusBar()->showMessage(message);
+  auto* box = new QMessageBox(QMessageBox::Warning, title, message, QMessageBox::Ok, this);
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->open();
+  emit loadFailed(message);
+}
+
+std::shared_ptr<const LoadedDocument> MainWindow::openDocument(const QString& path) const {
+  const QString absolute = QFileInfo(path).absoluteFilePath();
+  for (int i = tabs_->count() - 1; i >= 0; --i)
+    if (const auto* view = qobject_cast<DocumentView*>(tabs_->widget(i)))
+      if (QFileInfo(view->document().path).absoluteFilePath() == absolute) return view->sharedDocument();
+  return nullptr;
+}
+
+void MainWindow::compareFiles(const QString& predicted, const QString& measured) {
+  pending_comparison_ = {predicted, measured};
+  QStringList missing;
+  for (const QString& path : pending_comparison_)
+    if (!openDocument(path)) missing << path;
+  if (missing.isEmpty()) comparePending();
+  else openFiles(missing);
+}
+
+void MainWindow::comparePending() {
+  if (pending_comparison_.size() != 2) return;
+  auto predicted = openDocument(pending_comparison_[0]), measured = openDocument(pending_comparison_[1]);
+  if (!predicted || !measured) return;
+  pending_comparison_.clear();
+  compareDocuments(std::move(predicted), std::move(measured));
+}
+
+void MainWindow::compareDocuments(std::shared_ptr<const LoadedDocument> predicted,
+                                  std::shared_ptr<const LoadedDocument> measured) {
+  std::shared_ptr<const RunComparison> comparison;
+  try {
+    comparison = std::make_shared<const RunComparison>(predicted, measured);
+  } catch (const core::InputError& error) {
+    showError(QStringLiteral("Cannot compare"), QString::fromStdString(error.what()));
+    return;
+  }
+  auto* view = new ComparisonView(comparison, tabs_);
+  view->splitter()->setSizes({height() * 3 / 8, height() * 3 / 8, height() / 4});
+  const int index = tabs_->addTab(
+      view,
+      QStringLiteral("%1 vs %2").arg(QFileInfo(predicted->path).fileName(), QFileInfo(measured->path).fileName()));
+  tabs_->setTabToolTip(index, predicted->path + QStringLiteral(" (predicted) vs ") + measured->path);
+  tabs_->setCurrentIndex(index);
+  statusBar()->showMessage(QStringLiteral("Comparing %1 with %2").arg(predicted->path, measured->path));
+}
+
+// Two open runs, the second the reference; defaults to the last two tabs opened.
+void MainWindow::chooseComparison() {
+  std::vector<std::shared_ptr<const LoadedDocument>> documents;
+  for (int i = 0; i < tabs_->count(); ++i)
+    if (const auto* view = qobject_cast<DocumentView*>(tabs_->widget(i))) documents.push_back(view->sharedDocument());
+  if (documents.size() < 2) {
+    showError(QStringLiteral("Compare"),
+              QStringLiteral("Open two runs first (timelines or profiler traces), then compare them"));
+    return;
+  }
+  QDialog dialog(this);
+  dialog.setWindowTitle(QStringLiteral("Compare"));
+  auto* form = new QFormLayout(&dialog);
+  auto* predicted = new QComboBox(&dialog);
+  auto* measured = new QComboBox(&dialog);
+  for (const auto& document : documents) {
+    predicted->addItem(QFileInfo(document->path).fileName());
+    measured->addItem(QFileInfo(document->path).fileName());
+  }
+  predicted->setCurrentIndex(static_cast<int>(documents.size()) - 2);
+  measured->setCurrentIndex(static_cast<int>(documents.size()) - 1);
+  form->addRow(QStringLiteral("Predicted"), predicted);
+  form->addRow(QStringLiteral("Measured (reference)"), measured);
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
+  form->addRow(buttons);
+  connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+  connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+  if (dialog.exec() != QDialog::Accepted) return;
+  compareDocuments(documents[predicted->currentIndex()], documents[measured->currentIndex()]);
 }
 
 void MainWindow::addRecent(const QString& path) {

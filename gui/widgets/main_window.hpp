@@ -1,7 +1,8 @@
 // The viewer's window: one tab per open file, File > Open (several at once), Open Recent, drag and
-// drop, a progress dialog with Cancel while a file loads off the UI thread, one error message per
-// bad file (the core's words: file and field path) with the other tabs left as they were, and the
-// window's state (geometry, splitter, current panel, recent files) kept between runs in QSettings.
+// drop, File > Compare (two open runs side by side in a tab of their own: comparison_view.hpp), a progress dialog with
+// Cancel while a file loads off the UI thread, one error message per bad file (the core's words: file and field path)
+// with the other tabs left as they were, and the window's state (geometry, splitter, current panel, recent files) kept
+// between runs in QSettings.
 #pragma once
 
 #include <QMainWindow>
@@ -24,6 +25,12 @@ class MainWindow : public QMainWindow {
   ~MainWindow() override;
 
   void openFiles(const QStringList& paths);  // queued; loaded one after another
+  // Opens both files (if not open yet) and then their comparison tab; MEASURED is the reference.
+  void compareFiles(const QString& predicted, const QString& measured);
+  // A comparison tab for two open documents; a document without a run says so in a message.
+  void compareDocuments(std::shared_ptr<const LoadedDocument> predicted,
+                        std::shared_ptr<const LoadedDocument> measured);
+  void chooseComparison();  // File > Compare: pick two open tabs
   bool loading() const;
   void waitForLoads();  // for tests and the command line: returns when the queue is empty
 
@@ -51,6 +58,9 @@ class MainWindow : public QMainWindow {
   void saveState() const;
   void restoreState();
   void showShortcuts();
+  void showError(const QString& title, const QString& message);
+  std::shared_ptr<const LoadedDocument> openDocument(const QString& path) const;
+  void comparePending();
 
   QTabWidget* tabs_;
   DocumentLoader loader_;
@@ -60,6 +70,7 @@ class MainWindow : public QMainWindow {
   QMenu* recent_menu_ = nullptr;
   QStringList recent_;
   QString last_error_;
+  QStringList pending_comparison_;  // predicted, measured: waiting for both to open
   QByteArray splitter_state_;
   int panel_index_ = 0;
 };

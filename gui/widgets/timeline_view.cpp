@@ -125,8 +125,14 @@ void TimelineView::fitAll() {
   viewportChanged();
 }
 
+void TimelineView::setTimeExtent(std::optional<std::pair<double, double>> extent) {
+  extent_ = extent;
+  viewportChanged();
+}
+
 void TimelineView::viewportChanged() {
-  if (store_) viewport_.clampTo(store_->makespan());
+  if (extent_) viewport_.clampTo(extent_->first, extent_->second);
+  else if (store_) viewport_.clampTo(store_->makespan());
   emit visibleRangeChanged(viewport_.start(), viewport_.end());
   update();
 }
@@ -205,6 +211,7 @@ void TimelineView::render(QPainter& p, QSize size) const {
   const int scrollbar = size == this->size() && scroll_->isVisible() ? scroll_->width() : 0;
   viewport.setWidth(std::max(1, size.width() - kLabelWidth - scrollbar));
   drawLanes(p, viewport, size);
+  drawGhost(p, viewport, size);
   drawOverlays(p, viewport, size);
   drawAxis(p, viewport, size.width());
   drawLegend(p, size);
@@ -306,6 +313,51 @@ void TimelineView::drawLanes(QPainter& p, const Viewport& viewport, QSize size) 
   for (double end : store_->result().iteration_end) {
     const double x = kLabelWidth + viewport.xOf(end);
     if (x >= kLabelWidth && x <= kLabelWidth + viewport.width()) p.drawLine(QPointF(x, top), QPointF(x, bottom));
+  }
+  p.restore();
+}
+
+void TimelineView::setGhost(std::shared_ptr<const TimelineStore> other, double offset) {
+  ghost_ = std::move(other);
+  ghost_offset_ = offset;
+  update();
+}
+
+// The other run's ops as outlines in their category's colour, on the lanes that have a
+// counterpart there; ops under two pixels wide are left out (the lane's own colour shows them).
+void TimelineView::drawGhost(QPainter& p, const Viewport& viewport, QSize size) const {
+  ghost_drawn_ = 0;
+  if (!ghost_) return;
+  constexpr int kMaxOutlinesPerLane = 4000;
+  const int top = lanesTop(), bottom = size.height() - kLegendHeight;
+  p.save();
+  p.setClipRect(QRect(kLabelWidth, top, viewport.width(), bottom - top));
+  const auto& names = ghost_->program().streams;
+  for (const LaneRow& row : layout_.rows()) {
+    if (row.header || row.recorded >= ghost_->recordedRanks()) continue;
+    const int y = top + row.y - scroll_y_;
+    if (y + row.height < top || y > bottom) continue;
+    const auto name = std::find(names.begin(), names.end(), store_->program().streams[row.stream]);
+    if (name == names.end()) continue;
+    const Lane& lane = ghost_->lane(row.recorded, static_cast<int>(name - names.begin()));
+    const double t0 = viewport.start() + ghost_offset_, t1 = viewport.end() + ghost_offset_;
+    // Ops of a lane run one after another: the first that ends inside the window is found by search.
+    const auto first = std::partition_point(lane.ops->begin(), lane.ops->end(), [&](std::int32_t op) {
+      return ghost_->timing({row.recorded, op}).end < t0;
+    });
+    int drawn = 0;
+    for (auto it = first; it != lane.ops->end() && drawn < kMaxOutlinesPerLane; ++it) {
+      const core::OpTiming& t = ghost_->timing({row.recorded, *it});
+      if (t.start > t1) break;
+      const double x0 = kLabelWidth + viewport.xOf(t.start - ghost_offset_);
+      const double x1 = kLabelWidth + viewport.xOf(t.end - ghost_offset_);
+      if (x1 - x0 < 2) continue;
+      p.setPen(QPen(categoryColor(ghost_->category(*it)).darker(150), 1.5, Qt::DashLine));
+      p.setBrush(Qt::NoBrush);
+      p.drawRect(QRectF(QPointF(x0, y + 1.5), QPointF(x1, y + row.height - 1.5)));
+      ++drawn;
+    }
+    ghost_drawn_ += drawn;
   }
   p.restore();
 }

@@ -39,6 +39,9 @@ class TimelineView : public QWidget {
   double visibleStart() const { return viewport_.start(); }
   double visibleEnd() const { return viewport_.end(); }
   void setVisibleRange(double start, double end);
+  // How far zoom and pan may go: [0, makespan] unless set (a pane locked to a longer run's goes
+  // as far as that run; nullopt restores the default).
+  void setTimeExtent(std::optional<std::pair<double, double>> extent);
   void fitAll();
 
   OpRef selectedOp() const { return selected_; }
@@ -49,6 +52,13 @@ class TimelineView : public QWidget {
   std::optional<std::pair<double, double>> selectedRange() const { return range_; }
   void setSelectedRange(double start, double end);
   void clearSelectedRange();
+
+  // Ghost mode: another run's ops drawn as outlines over this view's lanes (a lane of the other
+  // run counts as this one's when its recorded rank index and stream name agree), shifted so that
+  // the other run's time t is drawn at t - offset. nullptr turns it off.
+  void setGhost(std::shared_ptr<const TimelineStore> other, double offset);
+  const TimelineStore* ghost() const { return ghost_.get(); }
+  int ghostOutlinesDrawn() const { return ghost_drawn_; }  // in the last frame, for tests
 
   LaneLayout& layout() { return layout_; }
   void relayout();  // after changing layout() from outside
@@ -96,6 +106,7 @@ class TimelineView : public QWidget {
   void drawOverlays(QPainter& p, const Viewport& viewport, QSize size) const;
   void drawLegend(QPainter& p, QSize size) const;
   void drawProgramArrows(QPainter& p, const Viewport& viewport, int top, int bottom) const;
+  void drawGhost(QPainter& p, const Viewport& viewport, QSize size) const;
   static void drawArrow(QPainter& p, QRectF from, QRectF to);
   QString boxLabel(int op) const;
   QRectF opRect(const Viewport& viewport, OpRef op) const;  // in widget coordinates; empty when hidden
@@ -108,6 +119,10 @@ class TimelineView : public QWidget {
   OpRef selected_;
   std::vector<OpRef> highlighted_;
   std::optional<std::pair<double, double>> range_;
+  std::optional<std::pair<double, double>> extent_;
+  std::shared_ptr<const TimelineStore> ghost_;
+  double ghost_offset_ = 0;
+  mutable int ghost_drawn_ = 0;
 
   Drag drag_ = Drag::none;
   QPoint press_point_;

@@ -25,6 +25,7 @@ CollectiveSide side(const std::string& file) {
   s.group_names = {"dp"};
   s.streams = {"comm"};
   s.labels = {"op"};
+  s.comm_keys = {"c10d.allreduce_"};
   s.unmodelled_kinds = {""};
   return s;
 }
@@ -197,6 +198,32 @@ TEST(OpMatching, StepsPairByNumberElseTheLastOfEach) {
   ASSERT_EQ(c.steps.size(), 2u);
   EXPECT_DOUBLE_EQ(*c.steps[0].error(), -0.2);
   EXPECT_DOUBLE_EQ(*c.steps[1].error(), 0.2);
+}
+
+TEST(OpMatching, CountsDifferPerKeyAndGroup) {
+  CollectiveSide p = side("p"), m = side("m");
+  p.ranks = m.ranks = {0};
+  p.by_rank.resize(1), m.by_rank.resize(1);
+  p.comm_keys = {"c10d.allreduce_", "c10d._allgather_base_", "c10d.broadcast_"};
+  m.comm_keys = {"c10d.allreduce_", "c10d.broadcast_", "c10d.barrier"};
+  const auto keyed = [](SideCollective c, int key) {
+    c.comm_key = key;
+    return c;
+  };
+  // predicted: 2 all-reduce, 1 all-gather, 1 broadcast; measured: 3 all-reduce, 1 broadcast, 1 barrier
+  p.by_rank[0] = {keyed(collective(kAllReduce, 10, 1, 1), 0), keyed(collective(kAllReduce, 10, 1, 1), 0),
+                  keyed(collective(kAllGather, 10, 1, 1), 1), keyed(collective(3, 10, 1, 1), 2)};
+  m.by_rank[0] = {keyed(collective(kAllReduce, 10, 1, 1), 0), keyed(collective(kAllReduce, 10, 1, 1), 0),
+                  keyed(collective(kAllReduce, 10, 1, 1), 0), keyed(collective(3, 10, 1, 1), 1),
+                  keyed(collective(-1, -1, 1, 1), 2)};
+  const OpComparison c = match_collectives(p, m);
+  std::vector<std::string> rows;
+  for (const CountDifference& d : count_differences(p, m, c))
+    rows.push_back(d.comm_key + " " + d.group + " " + std::to_string(d.predicted) + " " + std::to_string(d.measured) +
+                   " " + d.change);
+  EXPECT_EQ(rows,
+            (std::vector<std::string>{"c10d._allgather_base_ dp [0-1] 1 0 removed", "c10d.allreduce_ dp [0-1] 2 3 more",
+                                      "c10d.barrier dp [0-1] 0 1 added", "c10d.broadcast_ dp [0-1] 1 1 unchanged"}));
 }
 
 }  // namespace

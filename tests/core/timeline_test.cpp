@@ -308,9 +308,11 @@ TEST_F(DocumentFile, BadFilesSayWhatIsWrongInTheCliWords) {
   const std::string syntax = write("syntax.json", "{\"format\": \"stratsim.timeline\",\n  \"version\": }");
   EXPECT_EQ(message(syntax).rfind(syntax + ": line 2, column 14: invalid JSON: ", 0), 0u) << message(syntax);
   const std::string other = write("other.json", R"({"format": "chrome.trace"})");
-  EXPECT_EQ(message(other), other +
-                                ": format: expected stratsim.timeline, stratsim.simulation or stratsim.program, got "
-                                "\"chrome.trace\"");
+  EXPECT_EQ(
+      message(other),
+      other +
+          ": format: expected stratsim.timeline, stratsim.simulation or stratsim.program (or a profiler trace), got "
+          "\"chrome.trace\"");
   const std::string none = write("none.json", "[1, 2]");
   EXPECT_NE(message(none).find(none + ": "), std::string::npos);
   EXPECT_EQ(message("/nonexistent/x.json"), "/nonexistent/x.json: cannot open file (No such file or directory)");

@@ -70,6 +70,23 @@ TEST(TraceTimeline, AnNcclTraceNumbersItsProfiledStepsFromOne) {
   EXPECT_NO_THROW(timeline_from_json(timeline_json(t.timeline.program, t.timeline.result), "nccl.json"));
 }
 
+// Gloo gives each collective to whichever worker thread is free: on one rank the second of two
+// broadcasts may start first. Both ranks issued them in the same order, and that order lines
+// them up: each op carries one collective of the same size on every rank.
+TEST(TraceTimeline, CollectivesLineUpInIssueOrderWhicheverWorkerStartedFirst) {
+  ProfilerTrace trace = read_profiler_trace({kGloo});
+  TraceCollective &first = trace.ranks[1].collectives[4], &second = trace.ranks[1].collectives[5];
+  ASSERT_NE(first.bytes, second.bytes);  // the bucket rebuild's indices and sizes
+  std::swap(first.start, second.start);
+  std::swap(first.end, second.end);
+  ASSERT_GT(first.start, second.start);
+  const TraceTimeline t = trace_timeline(trace);
+  for (std::size_t slot = 0; slot < 2; ++slot)
+    for (std::size_t i = 0; i < trace.ranks[slot].collectives.size(); ++i)
+      EXPECT_EQ(t.timeline.program.ops[t.collective_ops[slot][i]].bytes, trace.ranks[slot].collectives[i].bytes)
+          << "rank " << slot << " collective " << i;
+}
+
 TEST(TraceTimeline, RanksWithFewerEventsArePaddedAndSaySo) {
   ProfilerTrace trace = read_profiler_trace({kGloo});
   trace.ranks[1].collectives.pop_back();  // rank 1 lost its last all-reduce

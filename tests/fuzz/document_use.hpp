@@ -13,6 +13,7 @@
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/run_analysis.hpp"
 #include "stratsim/core/trace.hpp"
+#include "stratsim/core/trace_timeline.hpp"
 
 namespace stratsim::fuzz {
 
@@ -53,6 +54,9 @@ inline void read_and_use(const nlohmann::json& doc, const std::string& origin) {
     case core::DocumentKind::program:
       core::collective_counts(document.program);
       core::program_from_json(core::program_to_json(document.program), origin);
+      break;
+    case core::DocumentKind::profiler_trace:
+      use_timeline(core::trace_timeline(document.trace).timeline, origin);
       break;
     case core::DocumentKind::run_report:
       try {

@@ -202,6 +202,40 @@ class HeadlessTest : public QObject {
     QVERIFY(!QFile::exists(png));
   }
 
+  // Two runs: --report prints `stratsim compare`'s text (one matching, in core), --render --view
+  // compare draws the comparison tab; one FILE, or a run report, is refused in one line.
+  void comparesASimulationWithItsProfilerTrace() {
+    const QString simulation = dir_.filePath("mlp.timeline.json"), report = dir_.filePath("mlp.report.json");
+    const QString trace = QStringLiteral(STRATSIM_TEST_DATA "/kineto/ddp_simplemlp_gloo");
+    QCOMPARE(std::system(QStringLiteral("%1 simulate --model zoo:SimpleMLP --iterations 3 --platform cpu:procs=2 "
+                                        "--timeline %2 --json -o %3 --quiet")
+                             .arg(STRATSIM_BINARY, simulation, report)
+                             .toLocal8Bit()
+                             .constData()),
+             0);
+    const Result r = view({"--report", simulation, trace});
+    QCOMPARE(r.code, 0);
+    QProcess cli;
+    cli.start(QStringLiteral(STRATSIM_BINARY), {"compare", simulation, trace});
+    QVERIFY(cli.waitForFinished(60000));
+    QCOMPARE(r.out, QString::fromUtf8(cli.readAllStandardOutput()));
+    QVERIFY(r.out.contains("matched 16 collectives: 16 of 16 predicted, 16 of 16 measured (0 unmatched)"));
+
+    const QString png = dir_.filePath("compare.png");
+    QCOMPARE(view({"--render", png, "--view", "compare", "--size", "1200x800", simulation, trace}).code, 0);
+    const QImage image(png);
+    QCOMPARE(image.size(), QSize(1200, 800));
+
+    const Result one = view({"--compare", "--report", simulation});
+    QCOMPARE(one.code, 2);
+    QCOMPARE(one.err,
+             QStringLiteral("stratsim-view: error: a comparison takes two FILEs, PREDICTED and MEASURED; got 1\n"));
+    const Result with_report = view({"--report", report, trace});
+    QCOMPARE(with_report.code, 2);
+    QCOMPARE(with_report.err.count('\n'), 1);
+    QVERIFY2(with_report.err.contains(report + ": has no run to compare"), qPrintable(with_report.err));
+  }
+
   // docs/images/timeline.png is made by this command; regenerate it and compare.
   void theReadmeScreenshotIsCurrent() {
     const QString committed = QStringLiteral(STRATSIM_SOURCE_DIR "/docs/images/timeline.png");

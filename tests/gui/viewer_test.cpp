@@ -23,6 +23,7 @@
 #include "model/document_loader.hpp"
 #include "stratsim/core/document.hpp"
 
+#include "gui_support.hpp"
 #include "model/table_models.hpp"
 #include "widgets/document_view.hpp"
 #include "widgets/main_window.hpp"
@@ -34,16 +35,8 @@ using namespace stratsim::gui;
 
 namespace {
 
-void run(const QString& command) {
-  const int status = std::system(command.toLocal8Bit().constData());
-  QVERIFY2(status == 0, qPrintable(command));
-}
-
-void wheel(QWidget* widget, QPoint at, int delta, Qt::KeyboardModifiers modifiers = Qt::NoModifier) {
-  QWheelEvent event(at, widget->mapToGlobal(at), QPoint(), QPoint(0, delta), Qt::NoButton, modifiers, Qt::NoScrollPhase,
-                    false);
-  QApplication::sendEvent(widget, &event);
-}
+using test::run;
+using test::wheel;
 
 }  // namespace
 

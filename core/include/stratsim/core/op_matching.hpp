@@ -33,6 +33,8 @@ struct SideCollective {
   std::int32_t iteration = -1;  // 1-based training step; -1 outside every profiled step
   std::int32_t stream = 0;      // index into CollectiveSide::streams
   std::int32_t label = 0;       // index into CollectiveSide::labels
+  std::int32_t source = 0;      // a timeline's program op id; a trace's index into the rank's collectives
+  std::int32_t comm_key = 0;    // index into CollectiveSide::comm_keys
   std::int8_t kind = -1;        // CollectiveKind; -1 for a collective stratsim does not model
   std::int64_t bytes = -1;      // program.hpp's logical bytes; -1 when the source does not say
   // What the rank spent on it, waiting for its peers included (a profiler's collective kernel or
@@ -52,6 +54,7 @@ struct CollectiveSide {
   std::vector<std::string> streams;                  // stream names
   std::vector<std::string> labels;                   // "ddp.bucket0", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
   std::vector<std::string> unmodelled_kinds;         // PyTorch's name of each label's collective when kind is -1
+  std::vector<std::string> comm_keys;                // CommDebugMode keys: "c10d.allreduce_"
   std::map<int, double> step_times;                  // iteration -> step time, seconds
   std::string step_source;                           // how step_times were taken
 };
@@ -100,6 +103,17 @@ struct OpComparison {
 };
 
 OpComparison match_collectives(const CollectiveSide& predicted, const CollectiveSide& measured);
+
+// CommDebugMode counts of the compared iterations, per key and process group (by members), on
+// the lowest rank both sides have, and how the measured run's differ from the prediction's.
+struct CountDifference {
+  std::string comm_key;  // "c10d.allreduce_"
+  std::string group;     // "dp [0-1]" (the predicted side's name, else the measured side's)
+  int predicted = 0, measured = 0;
+  std::string change;  // "added" (only measured), "removed" (only predicted), "more", "fewer", "unchanged"
+};
+std::vector<CountDifference> count_differences(const CollectiveSide& predicted, const CollectiveSide& measured,
+                                               const OpComparison& comparison);
 
 // "1-4 KiB": the power-of-4 size bucket a collective's bytes fall in.
 std::string size_bucket(std::int64_t bytes);

@@ -98,6 +98,11 @@ RankTrace rank_trace_from_json(const nlohmann::json& document, const std::string
 // trace, no profiled steps, two files for one rank, a rank past the world size.
 ProfilerTrace read_profiler_trace(const std::vector<std::string>& paths);
 
+// Ranks read one by one (rank_trace_from_json) as one trace: checks that no two files are the
+// same rank and none is past the world size (InputError naming the file), orders them by rank
+// and puts them on one clock.
+ProfilerTrace assemble_profiler_trace(std::vector<RankTrace> ranks);
+
 // A file's text, gunzipped when it starts with gzip's magic bytes; the same limits and errors as
 // read_text_file (json_reader.hpp).
 std::string read_maybe_gzipped_file(const std::string& path);
