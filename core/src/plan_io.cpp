@@ -562,19 +562,20 @@ std::vector<std::string> builtin_plan_names() {
   return names;
 }
 
-Plan load_plan(const std::string& spec) {
+nlohmann::json plan_document(const std::string& spec) {
   if (spec.starts_with("builtin:")) {
     const std::string name = spec.substr(8);
     for (const auto& [builtin, text] : builtin_plans())
-      if (builtin == name) {
-        nlohmann::json doc = parse_document(text, spec, false);
-        return parse_plan(JsonReader(doc, spec));
-      }
+      if (builtin == name) return parse_document(text, spec, false);
     std::string names;
     for (const auto& n : builtin_plan_names()) names += (names.empty() ? "" : ", ") + n;
     throw InputError(fmt::format("{}: no built-in plan \"{}\" (available: {})", spec, name, names));
   }
-  nlohmann::json doc = load_document(spec);
+  return load_document(spec);
+}
+
+Plan load_plan(const std::string& spec) {
+  const nlohmann::json doc = plan_document(spec);
   return parse_plan(JsonReader(doc, spec));
 }
 

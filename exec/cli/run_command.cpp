@@ -53,6 +53,7 @@ struct RunArgs {
   std::string trace, timeline, output;
   bool json = false;
   bool quiet = false;
+  bool progress = false;
   bool train = false;  // real values and a parity check against local training
   std::uint64_t seed = 0;
   double atol = 1e-5, rtol = 1.3e-6;
@@ -233,7 +234,7 @@ int run_rank(const RunArgs& args, int rank, int world_size) {
   options.compute_scale = args.compute_scale;
   // Fail fast: the other stream threads may sit in a collective until the timeout, and this
   // process's exit is what tells the peers (their sockets close) that this rank is gone.
-  if (rank == 0 && !args.quiet && ::isatty(STDERR_FILENO)) options.on_progress = draw_progress;
+  if (rank == 0 && !args.quiet && (args.progress || ::isatty(STDERR_FILENO))) options.on_progress = draw_progress;
   options.on_error = [](const std::string& message) {
     std::cerr << ("stratsim run: " + message + "\n") << std::flush;  // one write: ranks share stderr
     std::_Exit(comm_exit_status(message));
@@ -353,6 +354,8 @@ const Register run_registration("run", [](CLI::App& app) {
   cmd->add_option("--bind", args->bind, "Address this host's ranks listen on for peers")->capture_default_str();
   cmd->add_flag("--json", args->json, "Write the JSON report instead of text");
   cmd->add_flag("--quiet", args->quiet, "No progress bar (drawn by rank 0 when stderr is a terminal)");
+  cmd->add_flag("--progress", args->progress,
+                "Draw the progress bar even when stderr is not a terminal (for a program that reads it)");
   cmd->add_option("-o,--output", args->output, "Write the report to this file instead of standard output");
   cmd->add_flag("--train", args->train,
                 "Train for real (float32 values through the program's collectives) and check the parameters against "

@@ -46,7 +46,8 @@ QString percent(const std::optional<double>& value) {
 
 }  // namespace
 
-ComparisonView::ComparisonView(std::shared_ptr<const RunComparison> comparison, QWidget* parent)
+ComparisonView::ComparisonView(std::shared_ptr<const RunComparison> comparison, QWidget* parent,
+                               std::pair<QString, QString> roles)
     : QWidget(parent), comparison_(std::move(comparison)) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
@@ -57,8 +58,8 @@ ComparisonView::ComparisonView(std::shared_ptr<const RunComparison> comparison, 
   layout->addWidget(splitter_, 1);
   predicted_ = new TimelineView;
   measured_ = new TimelineView;
-  splitter_->addWidget(pane(QStringLiteral("predicted: %1").arg(comparison_->predicted().path), predicted_));
-  splitter_->addWidget(pane(QStringLiteral("measured: %1").arg(comparison_->measured().path), measured_));
+  splitter_->addWidget(pane(QStringLiteral("%1: %2").arg(roles.first, comparison_->predicted().path), predicted_));
+  splitter_->addWidget(pane(QStringLiteral("%1: %2").arg(roles.second, comparison_->measured().path), measured_));
   predicted_->setStore(comparison_->predictedStore());
   measured_->setStore(comparison_->measuredStore());
   buildPanels();

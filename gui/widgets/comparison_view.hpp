@@ -35,7 +35,10 @@ class RangeDeltaModel;
 class ComparisonView : public QWidget {
   Q_OBJECT
  public:
-  explicit ComparisonView(std::shared_ptr<const RunComparison> comparison, QWidget* parent = nullptr);
+  // `roles` name the two panes ("predicted"/"measured"; "before"/"after" for a what-if re-run).
+  explicit ComparisonView(std::shared_ptr<const RunComparison> comparison, QWidget* parent = nullptr,
+                          std::pair<QString, QString> roles = {QStringLiteral("predicted"),
+                                                               QStringLiteral("measured")});
 
   const RunComparison& comparison() const { return *comparison_; }
   TimelineView* predictedView() const { return predicted_; }

@@ -11,6 +11,7 @@
 #include "model/table_models.hpp"
 #include "widgets/panels.hpp"
 #include "widgets/timeline_view.hpp"
+#include "widgets/what_if_widgets.hpp"
 
 namespace stratsim::gui {
 namespace {
@@ -101,6 +102,13 @@ void DocumentView::buildTimeline() {
   connect(find_, &FindBar::matchSelected, timeline_, &TimelineView::selectOp);
   connect(counts_table_->selectionModel(), &QItemSelectionModel::selectionChanged, this,
           &DocumentView::highlightCountsSelection);
+}
+
+void DocumentView::setWhatIf(const WhatIfInputs& inputs) {
+  if (plan_panel_) return;
+  plan_panel_ = new PlanPanel(inputs, panels_);
+  panels_->insertTab(0, plan_panel_, QStringLiteral("Plan"));
+  panels_->setCurrentWidget(plan_panel_);
 }
 
 // A counts row stands for program ops; highlight them on every recorded rank.

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "model/document_loader.hpp"
+#include "model/what_if.hpp"
 
 class QSplitter;
 class QTabWidget;
@@ -24,6 +25,7 @@ class SummaryCharts;
 class CountsModel;
 class RangeStatsModel;
 class CollectivesModel;
+class PlanPanel;
 
 class DocumentView : public QWidget {
   Q_OBJECT
@@ -42,6 +44,9 @@ class DocumentView : public QWidget {
   RangeStatsModel* rangeModel() const { return range_model_; }
   CountsModel* countsModel() const { return counts_model_; }
   SummaryCharts* summary() const { return summary_; }
+  // A document made by a what-if run: its inputs in an editable Plan panel (Re-run, Run for real).
+  void setWhatIf(const WhatIfInputs& inputs);
+  PlanPanel* planPanel() const { return plan_panel_; }
 
  private:
   void buildTimeline();
@@ -60,6 +65,7 @@ class DocumentView : public QWidget {
   QTableView* counts_table_ = nullptr;
   QTableView* range_table_ = nullptr;
   QSortFilterProxyModel* counts_proxy_ = nullptr;
+  PlanPanel* plan_panel_ = nullptr;
 };
 
 }  // namespace stratsim::gui

@@ -19,12 +19,14 @@
 #include <QSplitter>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QThread>
 
 #include "model/run_comparison.hpp"
 #include "stratsim/core/errors.hpp"
 #include "widgets/comparison_view.hpp"
 #include "widgets/document_view.hpp"
 #include "widgets/timeline_view.hpp"
+#include "widgets/what_if_widgets.hpp"
 
 namespace stratsim::gui {
 namespace {
@@ -67,6 +69,8 @@ void MainWindow::buildMenus() {
   });
   open->setShortcut(QKeySequence::Open);
   recent_menu_ = file->addMenu(QStringLiteral("Open &Recent"));
+  QAction* simulate = file->addAction(QStringLiteral("&New simulation..."), this, &MainWindow::newSimulation);
+  simulate->setShortcut(QKeySequence::New);
   QAction* compare = file->addAction(QStringLiteral("&Compare..."), this, &MainWindow::chooseComparison);
   compare->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_K));
   QAction* close = file->addAction(QStringLiteral("&Close tab"), this, [this] {
@@ -144,6 +148,7 @@ void MainWindow::loadFinished(const LoadOutcome& outcome) {
     tabs_->setCurrentIndex(index);
     addRecent(path);
     statusBar()->showMessage(QStringLiteral("Opened %1").arg(path));
+    attachWhatIf(view);
     emit documentOpened(path);
     comparePending();
   }
@@ -186,6 +191,12 @@ void MainWindow::comparePending() {
 
 void MainWindow::compareDocuments(std::shared_ptr<const LoadedDocument> predicted,
                                   std::shared_ptr<const LoadedDocument> measured) {
+  compareDocuments(std::move(predicted), std::move(measured),
+                   {QStringLiteral("predicted"), QStringLiteral("measured")});
+}
+
+void MainWindow::compareDocuments(std::shared_ptr<const LoadedDocument> predicted,
+                                  std::shared_ptr<const LoadedDocument> measured, std::pair<QString, QString> roles) {
   std::shared_ptr<const RunComparison> comparison;
   try {
     comparison = std::make_shared<const RunComparison>(predicted, measured);
@@ -193,7 +204,7 @@ void MainWindow::compareDocuments(std::shared_ptr<const LoadedDocument> predicte
     showError(QStringLiteral("Cannot compare"), QString::fromStdString(error.what()));
     return;
   }
-  auto* view = new ComparisonView(comparison, tabs_);
+  auto* view = new ComparisonView(comparison, tabs_, roles);
   view->splitter()->setSizes({height() * 3 / 8, height() * 3 / 8, height() / 4});
   const int index = tabs_->addTab(
       view,
@@ -287,6 +298,102 @@ void MainWindow::closeEvent(QCloseEvent* event) {
   saveState();
   loader_.cancel();
   event->accept();
+}
+
+// ---- what-if ----
+
+void MainWindow::newSimulation() {
+  NewSimulationDialog dialog(this);
+  if (dialog.exec() != QDialog::Accepted) return;
+  try {
+    startJob(StratsimJob::Kind::simulate, dialog.inputs());
+  } catch (const core::InputError& error) {
+    showError(QStringLiteral("Cannot simulate"), QString::fromStdString(error.what()));
+  }
+}
+
+void MainWindow::startJob(StratsimJob::Kind kind, const WhatIfInputs& inputs,
+                          std::shared_ptr<const LoadedDocument> beside) {
+  if (job_ && job_->running()) {
+    showError(QStringLiteral("Busy"), QStringLiteral("A run is in progress; wait for it or cancel it first"));
+    return;
+  }
+  job_ = std::make_unique<StratsimJob>(kind, inputs, work_dir_.path());
+  job_beside_ = std::move(beside);
+  if (!job_progress_) {
+    job_progress_ = new QProgressDialog(this);
+    job_progress_->setRange(0, 100);
+    job_progress_->setMinimumDuration(300);
+    job_progress_->setAutoReset(false);
+    job_progress_->setAutoClose(false);
+    connect(job_progress_, &QProgressDialog::canceled, this, &MainWindow::cancelJob);
+  }
+  const bool simulate = kind == StratsimJob::Kind::simulate;
+  job_progress_->setWindowTitle(simulate ? QStringLiteral("Simulating") : QStringLiteral("Running"));
+  job_progress_->setLabelText(QStringLiteral("%1 %2 on %3 (%4)")
+                                  .arg(simulate ? QStringLiteral("Simulating") : QStringLiteral("Running"),
+                                       inputs.plan_label, simulate ? inputs.platform : QStringLiteral("this machine"),
+                                       inputs.model));
+  job_progress_->setValue(0);
+  connect(job_.get(), &StratsimJob::progress, job_progress_, &QProgressDialog::setValue);
+  connect(job_.get(), &StratsimJob::finished, this, &MainWindow::jobFinished);
+  statusBar()->showMessage(job_progress_->labelText());
+  job_->start();
+}
+
+void MainWindow::cancelJob() {
+  if (job_) job_->cancel();
+}
+
+void MainWindow::jobFinished(bool ok, const QString& error) {
+  if (job_progress_) job_progress_->reset();
+  if (!job_) return;
+  if (job_->cancelled()) {
+    statusBar()->showMessage(QStringLiteral("Cancelled"));
+    return;
+  }
+  if (!ok) {
+    showError(QStringLiteral("The run failed"), error);
+    return;
+  }
+  const QString timeline = job_->timelinePath();
+  what_if_[QFileInfo(timeline).absoluteFilePath()] = {job_->inputs(), job_->kind(), job_beside_};
+  openFiles({timeline});
+}
+
+// A what-if timeline just opened: its Plan panel, and beside the run it came from.
+void MainWindow::attachWhatIf(DocumentView* view) {
+  const auto it = what_if_.find(QFileInfo(view->document().path).absoluteFilePath());
+  if (it == what_if_.end()) return;
+  const PendingWhatIf pending = it->second;
+  what_if_.erase(it);
+  const auto document = view->sharedDocument();
+  if (pending.kind == StratsimJob::Kind::simulate) {
+    view->setWhatIf(pending.inputs);
+    connect(view->planPanel(), &PlanPanel::rerunRequested, this,
+            [this, document](const WhatIfInputs& edited) { startJob(StratsimJob::Kind::simulate, edited, document); });
+    connect(view->planPanel(), &PlanPanel::runRequested, this,
+            [this, document](const WhatIfInputs& inputs) { startJob(StratsimJob::Kind::run, inputs, document); });
+  }
+  if (!pending.beside) return;
+  // After the tab itself is in place (loadFinished adds it first).
+  QMetaObject::invokeMethod(
+      this,
+      [this, before = pending.beside, after = document, kind = pending.kind] {
+        if (kind == StratsimJob::Kind::simulate)
+          compareDocuments(before, after, {QStringLiteral("before"), QStringLiteral("after")});
+        else compareDocuments(before, after, {QStringLiteral("simulated"), QStringLiteral("measured")});
+      },
+      Qt::QueuedConnection);
+}
+
+void MainWindow::waitForJob() {
+  while ((job_ && job_->running()) || loading()) {
+    QApplication::processEvents(QEventLoop::AllEvents, 50);
+    if (loading()) waitForLoads();
+    else QThread::msleep(10);
+  }
+  QApplication::processEvents();  // the queued comparison tab
 }
 
 }  // namespace stratsim::gui

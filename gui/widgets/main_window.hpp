@@ -7,8 +7,13 @@
 
 #include <QMainWindow>
 #include <QStringList>
+#include <QTemporaryDir>
+
+#include <map>
+#include <memory>
 
 #include "model/document_loader.hpp"
+#include "model/what_if.hpp"
 
 class QTabWidget;
 class QProgressDialog;
@@ -31,6 +36,19 @@ class MainWindow : public QMainWindow {
   void compareDocuments(std::shared_ptr<const LoadedDocument> predicted,
                         std::shared_ptr<const LoadedDocument> measured);
   void chooseComparison();  // File > Compare: pick two open tabs
+  // `roles` name the panes ("predicted"/"measured"; "before"/"after" for a what-if re-run).
+  void compareDocuments(std::shared_ptr<const LoadedDocument> predicted, std::shared_ptr<const LoadedDocument> measured,
+                        std::pair<QString, QString> roles);
+
+  // What-if: File > New simulation's dialog; a simulation or a real Gloo run of `inputs` in a
+  // `stratsim` child (progress dialog with Cancel) that opens as a tab with a Plan panel, beside
+  // `beside` when given (the run it was edited from, or the simulation it measures).
+  void newSimulation();
+  void startJob(StratsimJob::Kind kind, const WhatIfInputs& inputs,
+                std::shared_ptr<const LoadedDocument> beside = nullptr);
+  StratsimJob* job() const { return job_.get(); }
+  void cancelJob();
+  void waitForJob();  // for tests: returns when the job, and the loads it started, are done
   bool loading() const;
   void waitForLoads();  // for tests and the command line: returns when the queue is empty
 
@@ -71,6 +89,19 @@ class MainWindow : public QMainWindow {
   QStringList recent_;
   QString last_error_;
   QStringList pending_comparison_;  // predicted, measured: waiting for both to open
+  void jobFinished(bool ok, const QString& error);
+  void attachWhatIf(class DocumentView* view);
+  QTemporaryDir work_dir_;  // what-if plans and timelines, removed with the window
+  std::unique_ptr<StratsimJob> job_;
+  std::shared_ptr<const LoadedDocument> job_beside_;
+  QProgressDialog* job_progress_ = nullptr;
+  // A what-if timeline waiting to open: its inputs, how it came, and the run to compare it with.
+  struct PendingWhatIf {
+    WhatIfInputs inputs;
+    StratsimJob::Kind kind = StratsimJob::Kind::simulate;
+    std::shared_ptr<const LoadedDocument> beside;
+  };
+  std::map<QString, PendingWhatIf> what_if_;
   QByteArray splitter_state_;
   int panel_index_ = 0;
 };

@@ -41,6 +41,7 @@ struct SimulateArgs {
   bool no_fold = false;
   std::vector<std::string> stragglers;  // rank=factor
   bool quiet = false;
+  bool progress = false;
 };
 
 std::map<core::CollectiveKind, sim::Algorithm> parse_algorithms(const std::vector<std::string>& items) {
@@ -111,7 +112,7 @@ int run_simulate(const SimulateArgs& args) {
   options.fold = !args.no_fold;
   options.stragglers = parse_stragglers(args.stragglers);
   if (!args.compute_model.empty()) platform.cost.compute.apply_overrides(args.compute_model);
-  options.progress = !args.quiet && ::isatty(STDERR_FILENO);
+  options.progress = !args.quiet && (args.progress || ::isatty(STDERR_FILENO));
   core::PlanOptions plan_options;
   plan_options.iterations = args.iterations;
   const core::PlanResult planned = core::plan_training(model, plan, plan_options);
@@ -164,6 +165,8 @@ const Register simulate_command("simulate", [](CLI::App& app) {
   cmd->add_flag("--no-fold", args->no_fold,
                 "Representative mode: simulate every node's flows instead of folding the network by node symmetry");
   cmd->add_flag("--quiet", args->quiet, "No progress bar");
+  cmd->add_flag("--progress", args->progress,
+                "Draw the progress bar even when stderr is not a terminal (for a program that reads it)");
   return Subcommand{cmd, [args] { return run_simulate(*args); }};
 });
 

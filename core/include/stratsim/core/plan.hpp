@@ -2,6 +2,8 @@
 // settings (batch, optimizer, iterations, gradient accumulation).
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -209,6 +211,8 @@ struct Plan {
 };
 
 Plan load_plan(const std::string& spec);  // file, or "builtin:NAME"
+// The plan document itself (JSON; a YAML file as the JSON it reads as), for editing and saving.
+nlohmann::json plan_document(const std::string& spec);
 class JsonReader;
 Plan parse_plan(const JsonReader& doc);
 std::vector<std::string> builtin_plan_names();
