@@ -3,6 +3,7 @@
 #include <QHBoxLayout>
 #include <QKeyEvent>
 #include <QLabel>
+#include <QLocale>
 #include <QPainter>
 #include <QToolButton>
 
@@ -149,7 +150,12 @@ void barChart(QPainter& p, QRect area, const QString& title, const std::vector<B
   const int shown = std::min<int>(static_cast<int>(bars.size()), std::max(1, (area.height() - 22) / 18));
   double largest = 0;
   for (int i = 0; i < shown; ++i) largest = std::max(largest, bars[i].value);
-  const int label_width = 150, text_width = 110;
+  // The value text after each bar gets the room its widest needs, so no bar pushes it past the edge.
+  int text_width = 40;
+  for (int i = 0; i < shown; ++i)
+    text_width = std::max(text_width, p.fontMetrics().horizontalAdvance(bars[i].text) + 8);
+  const int label_width = 150;
+  text_width = std::min(text_width, std::max(40, area.width() - label_width - 40));
   const int bar_width = std::max(10, area.width() - label_width - text_width);
   for (int i = 0; i < shown; ++i) {
     const int y = area.top() + 22 + i * 18;
@@ -182,7 +188,8 @@ void SummaryCharts::render(QPainter& p, QSize size) const {
   std::vector<Bar> steps;
   for (const auto& it : summary_.iterations) {
     QString text = formatTime(it.step_time);
-    if (it.samples_per_second > 0) text += QStringLiteral(", %1 samples/s").arg(it.samples_per_second, 0, 'g', 4);
+    if (it.samples_per_second > 0)
+      text += QStringLiteral(", %1 samples/s").arg(QLocale(QLocale::English).toString(it.samples_per_second, 'f', 0));
     steps.push_back({QStringLiteral("iteration %1").arg(it.index), it.step_time, text});
   }
   std::vector<Bar> overlap, exposed;
