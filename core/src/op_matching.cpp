@@ -123,8 +123,10 @@ struct Queues {
   }
 };
 
+// (group + 1: 24 bits, iteration: 32 bits, kind + 1: 8 bits); iterations are below 2^30
+// (ProfilerStep numbers of at most 9 digits, plus one), groups fewer than 2^24 per comparison.
 std::uint64_t queue_key(std::int32_t group, int iteration, int kind) {
-  return (static_cast<std::uint64_t>(group + 1) << 40) | (static_cast<std::uint64_t>(iteration & 0xffffff) << 8) |
+  return (static_cast<std::uint64_t>(group + 1) << 40) | (static_cast<std::uint64_t>(iteration & 0xffffffff) << 8) |
          static_cast<std::uint64_t>(kind + 1);
 }
 
@@ -173,15 +175,22 @@ class Matcher {
     const std::vector<SideCollective>& predicted = p_.by_rank[it - p_.ranks.begin()];
     // Without group names on this rank (a Gloo trace with several process groups), its collectives
     // are matched by kind and order over all groups at once.
-    const bool by_group = std::all_of(measured.begin(), measured.end(),
-                                      [](const SideCollective& c) { return c.group >= 0 || c.kind < 0; });
+    const auto grouped = [](const SideCollective& c) { return c.group >= 0 || c.kind < 0; };
+    const bool by_group = std::all_of(measured.begin(), measured.end(), grouped) &&
+                          std::all_of(predicted.begin(), predicted.end(), grouped);
     if (!by_group) ungrouped_ranks_.push_back(rank);
     Queues pq, mq;
     for (std::size_t i = 0; i < predicted.size(); ++i) {
       const SideCollective& c = predicted[i];
       if (!measured_of_.contains(c.iteration)) continue;
       ++out_.predicted_compared;
-      pq.add(queue_key(by_group ? p_groups_[c.group] : -1, c.iteration, c.kind), static_cast<std::int32_t>(i));
+      if (c.kind < 0) {  // a predicted side read from a trace can hold them too
+        unmatched(true, rank, static_cast<std::int32_t>(i),
+                  fmt::format("{}: not a collective stratsim models", kind_text(p_, c)));
+        continue;
+      }
+      pq.add(queue_key(by_group && c.group >= 0 ? p_groups_[c.group] : -1, c.iteration, c.kind),
+             static_cast<std::int32_t>(i));
     }
     for (std::size_t i = 0; i < measured.size(); ++i) {
       const SideCollective& c = measured[i];
@@ -218,7 +227,7 @@ class Matcher {
     const std::size_t mn = mq ? mq->size() : 0, common = std::min(pq.size(), mn);
     for (std::size_t k = 0; k < common; ++k) {
       const SideCollective &pc = predicted[pq[k]], &mc = measured[(*mq)[k]];
-      if (pc.bytes == mc.bytes || mc.bytes < 0) {
+      if (pc.bytes == mc.bytes || pc.bytes < 0 || mc.bytes < 0) {  // unknown bytes do not refuse a pair
         out_.matched.push_back(
             {rank, pc.iteration, mc.iteration, static_cast<int>(k), pq[k], (*mq)[k], pc.duration(), mc.duration()});
         continue;
@@ -257,13 +266,14 @@ void summarise(OpComparison& out, const CollectiveSide& p, const CollectiveSide&
     const int pr = static_cast<int>(std::lower_bound(p.ranks.begin(), p.ranks.end(), pair.rank) - p.ranks.begin());
     const int mr = static_cast<int>(std::lower_bound(m.ranks.begin(), m.ranks.end(), pair.rank) - m.ranks.begin());
     const SideCollective &pc = p.by_rank[pr][pair.predicted], &mc = m.by_rank[mr][pair.measured];
-    int bucket = 0;
-    for (std::int64_t limit = 1024; bucket < 16 && pc.bytes >= limit; limit *= 4) ++bucket;
+    const std::int64_t bytes = pc.bytes >= 0 ? pc.bytes : mc.bytes;
+    int bucket = bytes < 0 ? -1 : 0;  // -1: neither side knows
+    for (std::int64_t limit = 1024; bucket >= 0 && bucket < 16 && bytes >= limit; limit *= 4) ++bucket;
     by_kind_size[{pc.kind, bucket}].push_back(pair);
     by_stream[fmt::format("{} | {}", p.streams[pc.stream], m.streams[mc.stream])].push_back(pair);
   }
   for (const auto& [key, pairs] : by_kind_size) {
-    const std::int64_t low = key.second == 0 ? 0 : std::int64_t{1024} << (2 * (key.second - 1));
+    const std::int64_t low = key.second <= 0 ? key.second : std::int64_t{1024} << (2 * (key.second - 1));
     out.by_kind_size.push_back(summarise_errors(
         fmt::format("{} {}", collective_kind_name(static_cast<CollectiveKind>(key.first)), size_bucket(low)), pairs));
   }
@@ -310,9 +320,11 @@ std::optional<double> MatchedCollective::error() const {
 
 std::string size_bucket(std::int64_t bytes) {
   static const char* const units[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 0) return "of unknown size";
   if (bytes < 1024) return "< 1 KiB";
+  if (bytes >= std::int64_t{1} << 40) return ">= 1 TiB";
   int power = 0;  // bytes in [1024 * 4^power, 1024 * 4^(power+1))
-  while (power < 14 && bytes >= (std::int64_t{1024} << (2 * (power + 1)))) ++power;
+  while (bytes >= (std::int64_t{1024} << (2 * (power + 1)))) ++power;
   const auto low = [&](int p) { return fmt::format("{} {}", 1 << ((2 * p) % 10), units[(2 * p) / 10]); };
   return fmt::format("{} - {}", low(power), low(power + 1));
 }

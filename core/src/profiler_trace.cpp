@@ -174,6 +174,11 @@ std::string id_of(const json& event, const char* key) {
   return id_text(it == event.end() ? none : *it);
 }
 
+// Microseconds a timestamp or duration may reach: 1e15 (31 years) keeps every sum and difference
+// of them finite and exact to well under a nanosecond's worth of relative error.
+constexpr double kMaxMicroseconds = 1e15;
+bool within_time_limit(double us) { return std::isfinite(us) && std::fabs(us) <= kMaxMicroseconds; }
+
 // The checks an "X" event must pass, with JsonReader's words and field path ("traceEvents[12].ts:
 // expected a number"). Only run on an event that failed the fast checks in sort_event: building
 // the path for each of millions of events would cost a third of the read.
@@ -182,7 +187,8 @@ std::string id_of(const json& event, const char* key) {
   event.at("name").as_string();
   for (const char* key : {"ts", "dur"}) {
     if (!event.has(key) && std::string(key) == "dur") continue;
-    if (!std::isfinite(event.at(key).as_number())) event.at(key).fail("expected a finite number");
+    if (!within_time_limit(event.at(key).as_number()))
+      event.at(key).fail("expected microseconds within 1e15 (about 31 years)");
   }
   event.at("dur").fail("expected a duration of at least 0");
 }
@@ -217,8 +223,8 @@ void sort_event(const JsonReader& events, std::size_t index, Sorted& sorted) {
   if (phase != "X") return;  // flows, instants, counters: nothing this reader needs
   const auto name = value.find("name"), category = value.find("cat"), ts = value.find("ts"), dur = value.find("dur");
   const bool valid = name != value.end() && name->is_string() && ts != value.end() && ts->is_number() &&
-                     std::isfinite(ts->get<double>()) &&
-                     (dur == value.end() || (dur->is_number() && std::isfinite(dur->get<double>()) && *dur >= 0));
+                     within_time_limit(ts->get<double>()) &&
+                     (dur == value.end() || (dur->is_number() && within_time_limit(dur->get<double>()) && *dur >= 0));
   if (!valid) reject_event(events.at(index));
   Event event{&value,
               name->get<std::string>(),
@@ -254,8 +260,13 @@ class RankBuilder {
   RankBuilder(const json& document, std::string origin) : origin_(std::move(origin)) {
     trace_.file = origin_;
     read_distributed_info(document);
-    if (document.contains("baseTimeNanoseconds") && document["baseTimeNanoseconds"].is_number_integer())
-      trace_.base_ns = document["baseTimeNanoseconds"].get<std::int64_t>();
+    // Nanoseconds since the epoch; up to the year 2262 fits, and the difference of two always does.
+    if (document.contains("baseTimeNanoseconds") && document["baseTimeNanoseconds"].is_number_integer()) {
+      const JsonReader base(document["baseTimeNanoseconds"], origin_, "baseTimeNanoseconds");
+      const std::int64_t ns = base.as_int();
+      if (ns < 0 || ns > std::int64_t{1} << 62) base.fail("expected nanoseconds since 1970, from 0 to 2^62");
+      trace_.base_ns = ns;
+    }
     const JsonReader events = JsonReader(document, origin_).at("traceEvents");
     events.expect_array();
     for (std::size_t i = 0; i < events.size(); ++i) sort_event(events, i, sorted_);
@@ -288,13 +299,13 @@ class RankBuilder {
     info.expect_object();
     if (info.has("rank")) {
       const std::int64_t rank = info.at("rank").as_int();
-      if (rank < 0 || rank >= kMaxExtent) info.at("rank").fail("expected a rank of at least 0");
+      if (rank < 0 || rank >= kMaxRanks) info.at("rank").fail("expected a rank from 0 to 16777215");
       trace_.rank = static_cast<int>(rank);
       rank_known_ = true;
     }
     if (info.has("world_size")) {
       const std::int64_t world = info.at("world_size").as_int();
-      if (world < 1 || world > kMaxExtent) info.at("world_size").fail("expected at least 1 rank");
+      if (world < 1 || world > kMaxRanks) info.at("world_size").fail("expected 1 to 16777216 ranks");
       trace_.world_size = static_cast<int>(world);
     }
     trace_.backend = info.get_string("backend", "");
@@ -339,7 +350,8 @@ class RankBuilder {
     std::sort(sorted_.steps.begin(), sorted_.steps.end(), [](const Event& a, const Event& b) { return a.ts < b.ts; });
     for (const Event& e : sorted_.steps) {
       const std::string number = e.name.substr(std::string("ProfilerStep#").size());
-      if (number.empty() || number.size() > 9 || !std::all_of(number.begin(), number.end(), ::isdigit))
+      if (number.empty() || number.size() > 9 ||
+          !std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; }))
         throw InputError(
             fmt::format("{}: event \"{}\": expected ProfilerStep#N with N a step number", origin_, e.name));
       trace_.steps.push_back({std::stoi(number), seconds(e.ts), seconds(e.ts + e.dur)});
@@ -390,17 +402,13 @@ class RankBuilder {
       const std::optional<int> size = element_size(c.dtype);
       c.input_bytes = times(nelems(*args, "In msg nelems"), size);
       c.output_bytes = times(nelems(*args, "Out msg nelems"), size);
-      place_in_group(c, *args, static_cast<int>(std::max<std::int64_t>(0, nelems(*args, "Group size"))));
+      const std::int64_t stated_size = nelems(*args, "Group size");
+      place_in_group(c, *args, stated_size > 0 && stated_size <= kMaxRanks ? static_cast<int>(stated_size) : 0);
       c.bytes = logical_bytes(c);
       c.stream = gpu_stream(e);
       c.start = seconds(e.ts);
       c.end = seconds(e.ts + e.dur);
-      c.issued = c.start;
-      const json& own = e.args();
-      if (own.contains("correlation") && own["correlation"].is_number_integer())
-        if (const auto it = sorted_.launch_ts.find(own["correlation"].get<std::int64_t>());
-            it != sorted_.launch_ts.end())
-          c.issued = seconds(it->second);
+      c.issued = launched_at(e);
       c.step = step_at(c.issued);
       trace_.collectives.push_back(std::move(c));
     }
@@ -430,10 +438,12 @@ class RankBuilder {
       if (args.contains("Input Dims") && args["Input Dims"].is_array() && !args["Input Dims"].empty() &&
           args["Input Dims"][0].is_array()) {
         elements = 1;
-        for (const json& d : args["Input Dims"][0])
+        for (const json& d : args["Input Dims"][0]) {
           elements = d.is_number_integer() && d.get<std::int64_t>() >= 0
                          ? checked_product(elements, d.get<std::int64_t>()).value_or(-1)
                          : -1;
+          if (elements < 0) break;  // unknown stays unknown (a later 0 must not make it 0)
+        }
       }
       place_in_group(c, args, 0);
       c.input_bytes = times(elements, element_size(c.dtype));
@@ -462,8 +472,10 @@ class RankBuilder {
   void read_activity() {
     std::vector<TraceActivity>& out = trace_.activities;
     if (!sorted_.gpu_activity.empty()) {
+      // A kernel belongs to the step that launched it: the GPU runs behind the CPU, so a step's
+      // last kernels often run after its ProfilerStep span has ended.
       for (const Event& e : sorted_.gpu_activity)
-        out.push_back({e.name, gpu_stream(e), -1, seconds(e.ts), seconds(e.ts + e.dur)});
+        out.push_back({e.name, gpu_stream(e), step_at(launched_at(e)), seconds(e.ts), seconds(e.ts + e.dur)});
     } else {
       // CPU-only: the outermost ops of each thread (an op's children are inside its span), less
       // the c10d calls, which are communication.
@@ -477,12 +489,21 @@ class RankBuilder {
         if (e.ts < covered_until) continue;
         covered_until = e.ts + e.dur;
         if (!starts_with(e.name, "c10d::"))
-          out.push_back({e.name, cpu_stream(e), -1, seconds(e.ts), seconds(e.ts + e.dur)});
+          out.push_back({e.name, cpu_stream(e), step_at(seconds(e.ts)), seconds(e.ts), seconds(e.ts + e.dur)});
       }
     }
     std::stable_sort(out.begin(), out.end(),
                      [](const TraceActivity& a, const TraceActivity& b) { return a.start < b.start; });
-    for (TraceActivity& a : out) a.step = step_at(a.start);
+  }
+
+  // When the CPU launched a GPU event (its cudaLaunchKernel, by correlation), else when it ran.
+  double launched_at(const Event& e) const {
+    const json& args = e.args();
+    if (args.contains("correlation") && args["correlation"].is_number_integer())
+      if (const auto it = sorted_.launch_ts.find(args["correlation"].get<std::int64_t>());
+          it != sorted_.launch_ts.end())
+        return seconds(it->second);
+    return seconds(e.ts);
   }
 
   std::string origin_;
@@ -608,7 +629,7 @@ ProfilerTrace assemble_profiler_trace(std::vector<RankTrace> ranks) {
   const RankTrace& reference = trace.ranks.front();
   std::vector<double> offsets;
   for (const RankTrace& rank : trace.ranks)
-    offsets.push_back(static_cast<double>(rank.base_ns - reference.base_ns) * 1e-9 +
+    offsets.push_back(static_cast<double>(static_cast<long double>(rank.base_ns) - reference.base_ns) * 1e-9 +
                       (rank.first_ts_us - reference.first_ts_us) * 1e-6);
   const double earliest = *std::min_element(offsets.begin(), offsets.end());
   for (std::size_t i = 0; i < trace.ranks.size(); ++i) {

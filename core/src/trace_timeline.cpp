@@ -19,6 +19,7 @@ struct Item {
   int index = 0;  // into the rank's collectives or activities
   double issue = 0, start = 0, end = 0;
   int step = -1;
+  double key() const { return collective ? issue : start; }
 };
 
 // "pt_gloo_runloop (thread 4242)" -> "pt_gloo_runloop"; the second thread of that name on a rank
@@ -74,9 +75,14 @@ TraceTimeline trace_timeline(const ProfilerTrace& trace) {
   for (auto& [step, iteration] : iteration_of_step) iteration = ++n;
   program.iterations = std::max(1, n);
   out.first_step = iteration_of_step.empty() ? 0 : iteration_of_step.begin()->first;
-  const auto iteration = [&](int step) {
-    if (step < 0 || !iteration_of_step.contains(step)) return 1;
-    return iteration_of_step[step];
+  out.iteration_of_step = iteration_of_step;
+  // An event's iteration: its step's; outside every step (before the first, between two, after
+  // the last: GPU work outlives the CPU's step span), the last step the rank began before it.
+  const auto iteration = [&](const RankTrace& rank, const Item& item) {
+    if (item.step >= 0 && iteration_of_step.contains(item.step)) return iteration_of_step[item.step];
+    const auto after = std::upper_bound(rank.steps.begin(), rank.steps.end(), item.key(),
+                                        [](double t, const TraceStep& s) { return t < s.start; });
+    return after == rank.steps.begin() ? 1 : iteration_of_step[std::prev(after)->number];
   };
 
   // Per program stream, per rank: its events by start.
@@ -117,10 +123,9 @@ TraceTimeline trace_timeline(const ProfilerTrace& trace) {
   for (auto& [stream, ranks] : items) {
     std::size_t longest = 0;
     for (auto& lane : ranks) {
-      // collectives in issue order (the order every rank shares), compute by start
-      std::stable_sort(lane.begin(), lane.end(), [](const Item& a, const Item& b) {
-        return a.collective && b.collective ? a.issue < b.issue : a.start < b.start;
-      });
+      // collectives in issue order (the order every rank shares), compute by start: one key each,
+      // so a lane holding both still sorts by a strict weak order
+      std::stable_sort(lane.begin(), lane.end(), [](const Item& a, const Item& b) { return a.key() < b.key(); });
       longest = std::max(longest, lane.size());
     }
     int padded = 0;
@@ -131,7 +136,7 @@ TraceTimeline trace_timeline(const ProfilerTrace& trace) {
       const Item& first = ranks[owner][position];
       ProgramOp op;
       op.stream = stream;
-      op.iteration = iteration(first.step);
+      op.iteration = iteration(trace.ranks[owner], first);
       if (first.collective) {
         const TraceCollective& c = trace.ranks[owner].collectives[first.index];
         op.name = c.name.substr(0, c.name.find('('));
@@ -184,7 +189,10 @@ TraceTimeline trace_timeline(const ProfilerTrace& trace) {
     std::map<std::vector<int>, std::vector<std::size_t>> instances;  // members -> rank slots
     for (const auto& [slot, index] : ran[op.id]) {
       std::vector<int> members = trace.ranks[slot].collectives[index].group;
-      if (members.empty()) members = {trace.ranks[slot].rank};
+      // A group the trace names with ranks outside its world (a hand-edited file) counts as unknown.
+      const bool inside =
+          std::all_of(members.begin(), members.end(), [&](int r) { return r >= 0 && r < program.world_size; });
+      if (members.empty() || !inside) members = {trace.ranks[slot].rank};
       instances[members].push_back(slot);
     }
     int instance = 0;

@@ -33,7 +33,7 @@ LoadOutcome loadDocument(const QString& path, const core::ReadProgress& progress
         document->trace_side =
             std::make_shared<const core::CollectiveSide>(core::trace_side(read.trace, path.toStdString()));
         document->trace_collective_ops = std::move(trace.collective_ops);
-        document->trace_first_step = trace.first_step;
+        document->trace_iteration_of_step = std::move(trace.iteration_of_step);
         auto store = std::make_shared<const TimelineStore>(std::move(trace.timeline));
         document->summary = summaryOf(store->program(), store->result(), store->analysis());
         document->store = std::move(store);

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -32,7 +33,7 @@ struct LoadedDocument {
   // the store's op each became: [rank index][index into the rank's collectives] -> op id.
   std::shared_ptr<const core::CollectiveSide> trace_side;
   std::vector<std::vector<std::int32_t>> trace_collective_ops;
-  int trace_first_step = 0;  // the ProfilerStep#N the timeline shows as iteration 1
+  std::map<int, int> trace_iteration_of_step;  // ProfilerStep#N -> the timeline's iteration
 };
 
 struct LoadOutcome {

@@ -86,7 +86,12 @@ double RunComparison::iterationOffset(std::size_t pair) const {
   const auto [p, m] = result_.iterations[pair];
   // A trace's iterations (ProfilerStep#N is N + 1) are renumbered from 1 in its timeline.
   const auto start = [](const LoadedDocument& document, int iteration) {
-    const int shown = document.trace_side ? iteration - document.trace_first_step : iteration;
+    int shown = iteration;
+    if (document.trace_side) {  // a trace side's iteration is ProfilerStep#N + 1
+      const auto it = document.trace_iteration_of_step.find(iteration - 1);
+      if (it == document.trace_iteration_of_step.end()) return 0.0;
+      shown = it->second;
+    }
     for (const core::IterationStats& it : document.store->analysis().iterations)
       if (it.iteration == shown) return it.start;
     return 0.0;

@@ -131,6 +131,12 @@ StratsimJob::StratsimJob(Kind kind, WhatIfInputs inputs, QString work_dir, QObje
   timeline_ = stem + (kind == Kind::simulate ? QStringLiteral(".simulated.json") : QStringLiteral(".measured.json"));
   // A group of its own: Cancel signals the child and everything it started at once.
   process_.setChildProcessModifier([] { ::setpgid(0, 0); });
+  // The group is the child's pid (setpgid above); known from the moment it runs, so Cancel works
+  // however slowly it started.
+  connect(&process_, &QProcess::started, this, [this] {
+    group_ = process_.processId();
+    if (cancelled_) signalGroup(SIGTERM);  // Cancel came while it was starting
+  });
   connect(&process_, &QProcess::readyReadStandardError, this, &StratsimJob::readProgress);
   connect(&process_, &QProcess::finished, this, &StratsimJob::processFinished);
   connect(&process_, &QProcess::errorOccurred, this, [this](QProcess::ProcessError error) {
@@ -156,7 +162,6 @@ void StratsimJob::start() {
   const QStringList arguments = kind_ == Kind::simulate ? simulateArguments(inputs_, plan_file_, timeline_)
                                                         : runArguments(inputs_, plan_file_, timeline_);
   process_.start(stratsimBinary(), arguments);
-  if (process_.waitForStarted(10000)) group_ = process_.processId();
 }
 
 void StratsimJob::signalGroup(int signal) {
@@ -166,7 +171,7 @@ void StratsimJob::signalGroup(int signal) {
 void StratsimJob::cancel() {
   if (!running()) return;
   cancelled_ = true;
-  signalGroup(SIGTERM);
+  signalGroup(SIGTERM);  // nothing yet while it is starting: the started handler sends it
   QTimer::singleShot(2000, this, [this] {
     if (running()) signalGroup(SIGKILL);
   });
@@ -223,7 +228,7 @@ void PlanFieldsModel::setPlan(json plan) {
 void PlanFieldsModel::rebuild() {
   fields_.clear();
   for (const char* key : {"world_size", "batch_size"})
-    fields_.push_back({path_of({key}), QString::fromLatin1(key), plan_.contains(key) ? json() : json(nullptr)});
+    fields_.push_back({path_of({key}), QString::fromLatin1(key), json()});
   if (plan_.contains("mesh")) fields_.push_back({path_of({"mesh", "shape"}), QStringLiteral("mesh: shape"), json()});
   if (!plan_.contains("steps") || !plan_["steps"].is_array()) return;
   const bool fsdp2_rules = fsdp2(plan_);
@@ -285,12 +290,18 @@ bool PlanFieldsModel::setData(const QModelIndex& index, const QVariant& value, i
   const Field& field = fields_[static_cast<std::size_t>(index.row())];
   const QString entered = value.toString().trimmed();
   if (entered.isEmpty()) {
-    if (!plan_.contains(field.path)) return false;
+    if (!plan_.contains(field.path) || !plan_.at(field.path.parent_pointer()).is_object()) return false;
     plan_[field.path.parent_pointer()].erase(field.path.back());
   } else {
     // JSON when it parses as JSON, else the text as a string (FULL_SHARD, bfloat16).
     const json parsed = json::parse(entered.toStdString(), nullptr, false);
-    plan_[field.path] = parsed.is_discarded() ? json(entered.toStdString()) : parsed;
+    try {
+      plan_[field.path] = parsed.is_discarded() ? json(entered.toStdString()) : parsed;
+    } catch (const json::exception&) {
+      // The path runs through a value that is not an object (mixed_precision set to a string):
+      // refused, and the plan stays as it was.
+      return false;
+    }
   }
   edited_ = true;
   emit dataChanged(index, index);

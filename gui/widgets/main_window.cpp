@@ -346,7 +346,10 @@ void MainWindow::cancelJob() {
 }
 
 void MainWindow::jobFinished(bool ok, const QString& error) {
-  if (job_progress_) job_progress_->reset();
+  if (job_progress_) {
+    job_progress_->reset();
+    job_progress_->hide();  // autoClose is off (so Cancel is seen), hence hidden here
+  }
   if (!job_) return;
   if (job_->cancelled()) {
     statusBar()->showMessage(QStringLiteral("Cancelled"));

@@ -100,7 +100,25 @@ TEST(OpMatching, ErrorsSummariseAsMeanAndGeometricMean) {
   EXPECT_EQ(c.by_stream[0].label, "comm | comm");
 }
 
+// A trace as the prediction: it may not name its groups, or know its bytes; matched by kind and
+// order then, and unknown bytes refuse no pair.
+TEST(OpMatching, APredictionWithoutGroupsOrBytesStillMatches) {
+  CollectiveSide p = side("trace"), m = side("sim.json");
+  p.ranks = m.ranks = {0};
+  p.by_rank.resize(1), m.by_rank.resize(1);
+  p.by_rank[0] = {collective(kAllReduce, -1, 1, 1.0, -1), collective(kAllReduce, 30, 1, 1.0, -1)};
+  m.by_rank[0] = {collective(kAllReduce, 10, 1, 1.0), collective(kAllReduce, 30, 1, 1.0)};
+  const OpComparison c = match_collectives(p, m);
+  EXPECT_EQ(c.matched.size(), 2u);
+  EXPECT_TRUE(c.unmatched.empty());
+  ASSERT_EQ(c.by_kind_size.size(), 1u);
+  EXPECT_EQ(c.by_kind_size[0].label, "all_reduce < 1 KiB");
+}
+
 TEST(OpMatching, SizeBucketsArePowersOfFour) {
+  EXPECT_EQ(size_bucket(-1), "of unknown size");
+  EXPECT_EQ(size_bucket(std::int64_t{1} << 40), ">= 1 TiB");
+  EXPECT_EQ(size_bucket((std::int64_t{1} << 40) - 1), "256 GiB - 1 TiB");
   EXPECT_EQ(size_bucket(0), "< 1 KiB");
   EXPECT_EQ(size_bucket(1023), "< 1 KiB");
   EXPECT_EQ(size_bucket(1024), "1 KiB - 4 KiB");

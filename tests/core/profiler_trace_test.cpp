@@ -180,6 +180,61 @@ TEST(ProfilerTrace, AnEventOfTheWrongShapeIsNamedByItsPath) {
   EXPECT_NE(error_of({path}).find("traceEvents[1].dur: expected a duration of at least 0"), std::string::npos);
 }
 
+// Numbers a trace may hold but no run has: refused with the field, never overflowed.
+TEST(ProfilerTrace, RanksTimesAndClocksOutOfRangeAreRefused) {
+  json trace = minimal_trace(0);
+  trace["distributedInfo"] = {{"rank", 2147483647}};
+  const std::string rank = write("huge_rank.json", trace.dump());
+  EXPECT_NE(error_of({rank}).find(rank + ": distributedInfo.rank: expected a rank from 0 to 16777215"),
+            std::string::npos)
+      << error_of({rank});
+  trace["distributedInfo"] = {{"rank", 0}, {"world_size", 2147483647}};
+  const std::string world = write("huge_world.json", trace.dump());
+  EXPECT_NE(error_of({world}).find("distributedInfo.world_size: expected 1 to 16777216 ranks"), std::string::npos);
+  trace = minimal_trace(0);
+  trace["baseTimeNanoseconds"] = -9223372036854775807LL;
+  const std::string base = write("negative_base.json", trace.dump());
+  EXPECT_NE(error_of({base}).find(base + ": baseTimeNanoseconds: expected nanoseconds since 1970"), std::string::npos)
+      << error_of({base});
+  trace = minimal_trace(0);
+  trace["traceEvents"].push_back({{"ph", "X"}, {"cat", "kernel"}, {"name", "k"}, {"ts", 1e308}, {"dur", 1e308}});
+  const std::string far = write("far_future.json", trace.dump());
+  EXPECT_NE(error_of({far}).find("traceEvents[1].ts: expected microseconds within 1e15"), std::string::npos)
+      << error_of({far});
+}
+
+// A GPU kernel belongs to the step that launched it, even when it runs after that step's CPU span.
+TEST(ProfilerTrace, KernelsBelongToTheStepThatLaunchedThem) {
+  const auto step = [](int n, double ts) {
+    return json{{"ph", "X"},
+                {"cat", "user_annotation"},
+                {"name", "ProfilerStep#" + std::to_string(n)},
+                {"ts", ts},
+                {"dur", 100.0}};
+  };
+  const auto launch = [](int correlation, double ts) {
+    return json{{"ph", "X"},
+                {"cat", "cuda_runtime"},
+                {"name", "cudaLaunchKernel"},
+                {"ts", ts},
+                {"dur", 1.0},
+                {"args", {{"correlation", correlation}}}};
+  };
+  const auto kernel = [](int correlation, double ts) {
+    return json{
+        {"ph", "X"}, {"cat", "kernel"}, {"name", "gemm"}, {"pid", 0},
+        {"tid", 7},  {"ts", ts},        {"dur", 50.0},    {"args", {{"correlation", correlation}, {"stream", 7}}}};
+  };
+  json trace = {
+      {"distributedInfo", {{"rank", 0}, {"world_size", 1}}},
+      {"traceEvents", {step(0, 0), step(1, 200), launch(1, 90), kernel(1, 150), launch(2, 290), kernel(2, 400)}}};
+  const std::string path = write("tail_kernels.json", trace.dump());
+  const RankTrace rank = read_profiler_trace({path}).ranks.at(0);
+  ASSERT_EQ(rank.activities.size(), 2u);
+  EXPECT_EQ(rank.activities[0].step, 0);  // ran between the steps
+  EXPECT_EQ(rank.activities[1].step, 1);  // ran after the last step's span
+}
+
 TEST(ProfilerTrace, FilesMustSayDistinctRanksWithinTheWorld) {
   const std::string a = write("rank_a.json", minimal_trace(0).dump());
   const std::string b = write("rank_b.json", minimal_trace(0).dump());

@@ -87,6 +87,20 @@ TEST(TraceTimeline, CollectivesLineUpInIssueOrderWhicheverWorkerStartedFirst) {
           << "rank " << slot << " collective " << i;
 }
 
+// A step's GPU work that outlives its CPU span stays in its iteration, so iterations end in order
+// and the first does not stretch over the whole run (iteration_end once read the makespan).
+TEST(TraceTimeline, TailKernelsStayInTheirIterations) {
+  ProfilerTrace trace = read_profiler_trace({kNccl});
+  const TraceTimeline t = trace_timeline(trace);
+  const auto& ends = t.timeline.result.iteration_end;
+  ASSERT_EQ(ends.size(), 3u);
+  EXPECT_LT(ends[0], ends[1]);
+  EXPECT_LT(ends[1], ends[2]);
+  EXPECT_LT(ends[0], t.timeline.result.makespan * 0.5);
+  const Analysis analysis = analyse(t.timeline.program, t.timeline.result, {});
+  for (const IterationStats& it : analysis.iterations) EXPECT_GT(it.step_time, 0.1) << it.iteration;  // ~220 ms steps
+}
+
 TEST(TraceTimeline, RanksWithFewerEventsArePaddedAndSaySo) {
   ProfilerTrace trace = read_profiler_trace({kGloo});
   trace.ranks[1].collectives.pop_back();  // rank 1 lost its last all-reduce

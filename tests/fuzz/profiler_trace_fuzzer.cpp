@@ -9,6 +9,8 @@
 #include "fuzz_support.hpp"
 #include "stratsim/core/op_matching.hpp"
 #include "stratsim/core/profiler_trace.hpp"
+#include "stratsim/core/timeline.hpp"
+#include "stratsim/core/trace_timeline.hpp"
 
 namespace {
 
@@ -51,10 +53,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool read = fuzz::accepted("fuzz.json", [&] {
     const nlohmann::json document =
         core::parse_document(core::maybe_gunzip(fuzz::text_of(data, size), "fuzz.json"), "fuzz.json", false);
-    trace.ranks.push_back(core::rank_trace_from_json(document, "fuzz.json"));
+    std::vector<core::RankTrace> ranks;
+    ranks.push_back(core::rank_trace_from_json(document, "fuzz.json"));
+    trace = core::assemble_profiler_trace(std::move(ranks));
   });
   if (!read) return 0;
-  trace.world_size = std::max(trace.ranks[0].world_size, trace.ranks[0].rank + 1);
   for (const core::TraceCollective& c : trace.ranks[0].collectives) {
     fuzz::require(c.start <= c.end, "a collective ends before it starts");
     fuzz::require(c.stream >= 0 && c.stream < static_cast<int>(trace.ranks[0].streams.size()), "a stream out of range");
@@ -65,5 +68,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check_accounted(comparison);
   (void)core::op_comparison_text(comparison, predicted(), measured, 15);
   (void)core::op_comparison_json(comparison, predicted(), measured).dump();
+  // and the trace as a timeline (what the viewer draws), read back through the timeline format
+  const core::TraceTimeline timeline = core::trace_timeline(trace);
+  (void)core::timeline_from_json(core::timeline_json(timeline.timeline.program, timeline.timeline.result), "t.json");
+  // the trace as the prediction, against itself
+  (void)core::match_collectives(measured, measured);
   return 0;
 }

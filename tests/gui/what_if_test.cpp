@@ -3,6 +3,7 @@
 // into the table) and re-run, the two runs opened side by side; the collective counts of the
 // new run are the planner's for the edited plan. Then a real Gloo run of the same inputs, and
 // Cancel of a simulation and of a run leaving no process behind.
+#include <QAbstractItemModelTester>
 #include <QComboBox>
 #include <QDialogButtonBox>
 #include <QLineEdit>
@@ -142,6 +143,31 @@ class WhatIfTest : public QObject {
     QCOMPARE(core::load_document(saved.toStdString())["steps"][0]["replicate"]["bucket_cap_mb"], nlohmann::json(5));
   }
 
+  // The plan's fields under Qt's model tester; an edit through a value that is not an object
+  // (mixed_precision set to a word) is refused, not thrown out of the event loop.
+  void thePlanFieldsModelEditsValuesAndRefusesImpossiblePaths() {
+    PlanFieldsModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setPlan(nlohmann::json::parse(
+        R"({"world_size": 4, "steps": [{"fully_shard": {"module": "", "mixed_precision": "bf16"}},
+                                        {"parallelize_module": {"module": "", "plan": {"fc1": "colwise"}}}]})"));
+    const int style = model.rowOf("steps[1] parallelize_module: plan/fc1");
+    QVERIFY(style >= 0);
+    QCOMPARE(model.index(style, PlanFieldsModel::value).data().toString(), QStringLiteral("\"colwise\""));
+    QVERIFY(model.setData(model.index(style, PlanFieldsModel::value), "rowwise"));
+    QCOMPARE(model.plan()["steps"][1]["parallelize_module"]["plan"]["fc1"], nlohmann::json("rowwise"));
+    const int dtype = model.rowOf("steps[0] fully_shard: mixed_precision/param_dtype");
+    QVERIFY(dtype >= 0);
+    QVERIFY(!model.setData(model.index(dtype, PlanFieldsModel::value), "bfloat16"));
+    QCOMPARE(model.plan()["steps"][0]["fully_shard"]["mixed_precision"], nlohmann::json("bf16"));
+    // empty restores the default: the key goes
+    const int prefetch = model.rowOf("steps[0] fully_shard: backward_prefetch");
+    QVERIFY(model.setData(model.index(prefetch, PlanFieldsModel::value), "BACKWARD_POST"));
+    QVERIFY(model.setData(model.index(prefetch, PlanFieldsModel::value), ""));
+    QVERIFY(!model.plan()["steps"][0]["fully_shard"].contains("backward_prefetch"));
+    QVERIFY(model.edited());
+  }
+
   void aPlanTheSimulatorRefusesSaysSoInTheCliWords() {
     auto w = window();
     WhatIfInputs inputs;
@@ -164,6 +190,7 @@ class WhatIfTest : public QObject {
     QVERIFY(simulated && simulated->planPanel());
     QTest::mouseClick(simulated->planPanel()->runButton(), Qt::LeftButton);
     QVERIFY(w->job() && w->job()->kind() == StratsimJob::Kind::run);
+    QTRY_VERIFY(w->job()->processId() > 0);
     const qint64 group = w->job()->processId();
     w->waitForJob();
     QVERIFY2(w->lastError().isEmpty(), qPrintable(w->lastError()));
@@ -184,6 +211,7 @@ class WhatIfTest : public QObject {
     inputs.iterations = 1000;
     w->startJob(StratsimJob::Kind::run, inputs);
     QVERIFY(w->job() && w->job()->running());
+    QTRY_VERIFY(w->job()->processId() > 0);
     const qint64 group = w->job()->processId();
     QTest::qWait(1500);  // the launcher has started its ranks
     w->cancelJob();

@@ -13,6 +13,8 @@ namespace stratsim::core {
 inline constexpr std::int64_t kMaxDocumentBytes = std::int64_t{1} << 30;
 inline constexpr int kMaxDocumentDepth = 512;
 inline constexpr std::int64_t kMaxDocumentValues = std::int64_t{1} << 22;
+// Ranks: a world size, a mesh's ranks, a rank's number (below it).
+inline constexpr std::int64_t kMaxRanks = std::int64_t{1} << 24;
 // Modules in one model, and layers of a zoo model (`zoo:gpt:layers=N`).
 inline constexpr std::int64_t kMaxModules = std::int64_t{1} << 18;
 inline constexpr std::int64_t kMaxZooLayers = 16384;

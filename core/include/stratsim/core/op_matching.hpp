@@ -115,7 +115,8 @@ struct CountDifference {
 std::vector<CountDifference> count_differences(const CollectiveSide& predicted, const CollectiveSide& measured,
                                                const OpComparison& comparison);
 
-// "1-4 KiB": the power-of-4 size bucket a collective's bytes fall in.
+// "1 KiB - 4 KiB": the power-of-4 size bucket a collective's bytes fall in ("< 1 KiB", ">= 1 TiB",
+// "of unknown size" for -1).
 std::string size_bucket(std::int64_t bytes);
 // Summary over `errors`: mean and geometric mean of |error| (an error of exactly 0 counts as
 // 1e-9 in the geometric mean, which would otherwise be 0).

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "stratsim/core/profiler_trace.hpp"
@@ -21,7 +22,8 @@ struct TraceTimeline {
   Timeline timeline;
   // [rank index in the trace][index into that rank's collectives] -> the op it became.
   std::vector<std::vector<std::int32_t>> collective_ops;
-  int first_step = 0;  // the ProfilerStep#N that is iteration 1
+  int first_step = 0;                    // the ProfilerStep#N that is iteration 1
+  std::map<int, int> iteration_of_step;  // ProfilerStep#N -> the iteration it is drawn as
 };
 
 // Ranks whose event sequences differ on a stream (a rank that ran more kernels) keep every event
