@@ -117,7 +117,9 @@ class WhatIfTest : public QObject {
     QVERIFY(editor);
     QCOMPARE(editor->text(), QStringLiteral("5"));
     QTest::keyClick(editor, Qt::Key_Enter);  // the delegate commits on its next event-loop turn
-    QTRY_COMPARE(panel->fields()->plan()["steps"][0]["replicate"]["bucket_cap_mb"], nlohmann::json(5));
+    const nlohmann::json::json_pointer cap("/steps/0/replicate/bucket_cap_mb");
+    QTRY_VERIFY(panel->fields()->plan().contains(cap));
+    QCOMPARE(panel->fields()->plan().at(cap), nlohmann::json(5));
     QTest::mouseClick(panel->rerunButton(), Qt::LeftButton);
     w->waitForJob();
     QVERIFY2(w->lastError().isEmpty(), qPrintable(w->lastError()));
