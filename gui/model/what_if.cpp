@@ -1,6 +1,7 @@
 #include "model/what_if.hpp"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <QCoreApplication>
@@ -129,13 +130,18 @@ StratsimJob::StratsimJob(Kind kind, WhatIfInputs inputs, QString work_dir, QObje
   const QString stem = QDir(work_dir).filePath(QUuid::createUuid().toString(QUuid::WithoutBraces).left(8));
   plan_file_ = stem + QStringLiteral(".plan.json");
   timeline_ = stem + (kind == Kind::simulate ? QStringLiteral(".simulated.json") : QStringLiteral(".measured.json"));
-  // A group of its own: Cancel signals the child and everything it started at once.
-  process_.setChildProcessModifier([] { ::setpgid(0, 0); });
-  // The group is the child's pid (setpgid above); known from the moment it runs, so Cancel works
-  // however slowly it started.
+  // A group of its own: Cancel signals the child and everything it started at once. Being in its
+  // own group, the terminal's Ctrl+C no longer reaches it, so it is also told to stop (SIGTERM:
+  // the launcher then stops its ranks) when the viewer dies without cleaning up.
+  process_.setChildProcessModifier([] {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  });
+  // The group is the child's pid; known from the moment it runs, so Cancel works however slowly
+  // it started.
   connect(&process_, &QProcess::started, this, [this] {
     group_ = process_.processId();
-    if (cancelled_) signalGroup(SIGTERM);  // Cancel came while it was starting
+    if (cancelled_) stopGroup();  // Cancel came while it was starting
   });
   connect(&process_, &QProcess::readyReadStandardError, this, &StratsimJob::readProgress);
   connect(&process_, &QProcess::finished, this, &StratsimJob::processFinished);
@@ -162,24 +168,35 @@ void StratsimJob::start() {
   const QStringList arguments = kind_ == Kind::simulate ? simulateArguments(inputs_, plan_file_, timeline_)
                                                         : runArguments(inputs_, plan_file_, timeline_);
   process_.start(stratsimBinary(), arguments);
+  // The child's own setpgid may not have run yet; made here too, so the group exists from now on.
+  if (const qint64 pid = process_.processId(); pid > 0) {
+    ::setpgid(static_cast<pid_t>(pid), static_cast<pid_t>(pid));
+    group_ = pid;
+  }
 }
 
 void StratsimJob::signalGroup(int signal) {
-  if (group_ > 0) ::kill(static_cast<pid_t>(-group_), signal);
+  const qint64 group = group_ > 0 ? group_ : process_.processId();
+  if (group > 0) ::kill(static_cast<pid_t>(-group), signal);
+}
+
+// SIGTERM to the group, SIGKILL two seconds later if anything of it is left.
+void StratsimJob::stopGroup() {
+  signalGroup(SIGTERM);
+  QTimer::singleShot(2000, this, [this] { signalGroup(SIGKILL); });
 }
 
 void StratsimJob::cancel() {
-  if (!running()) return;
+  if (!running() || cancelled_) return;
   cancelled_ = true;
-  signalGroup(SIGTERM);  // nothing yet while it is starting: the started handler sends it
-  QTimer::singleShot(2000, this, [this] {
-    if (running()) signalGroup(SIGKILL);
-  });
+  stopGroup();
 }
 
-// "\rsimulating [#####     ] 52% (...)": the last percentage in what has arrived.
+// "\rsimulating [#####     ] 52% (...)": the last percentage in what has arrived; nothing once
+// cancelled (a late update would bring the progress dialog back).
 void StratsimJob::readProgress() {
   stderr_ += process_.readAllStandardError();
+  if (cancelled_) return;
   static const QRegularExpression percent(QStringLiteral("(\\d+)% \\("));
   const QString tail = QString::fromUtf8(stderr_.right(200));
   int last = -1;
@@ -189,7 +206,7 @@ void StratsimJob::readProgress() {
 }
 
 void StratsimJob::processFinished(int code, QProcess::ExitStatus status) {
-  readProgress();
+  stderr_ += process_.readAllStandardError();  // for the error line; no last progress flash
   // Whatever the child left behind in its group (a rank that outlived the launcher) goes too.
   signalGroup(SIGKILL);
   if (cancelled_) {
@@ -287,6 +304,7 @@ QVariant PlanFieldsModel::data(const QModelIndex& index, int role) const {
 
 bool PlanFieldsModel::setData(const QModelIndex& index, const QVariant& value, int role) {
   if (!index.isValid() || index.column() != PlanFieldsModel::value || role != Qt::EditRole) return false;
+  if (index.row() >= rowCount()) return false;
   const Field& field = fields_[static_cast<std::size_t>(index.row())];
   const QString entered = value.toString().trimmed();
   if (entered.isEmpty()) {
@@ -304,7 +322,8 @@ bool PlanFieldsModel::setData(const QModelIndex& index, const QVariant& value, i
     }
   }
   edited_ = true;
-  emit dataChanged(index, index);
+  // Rows can overlap (mixed_precision and mixed_precision/param_dtype): every value may have changed.
+  emit dataChanged(this->index(0, PlanFieldsModel::value), this->index(rowCount() - 1, PlanFieldsModel::value));
   return true;
 }
 

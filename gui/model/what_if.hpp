@@ -65,6 +65,7 @@ class StratsimJob : public QObject {
   void readProgress();
   void processFinished(int code, QProcess::ExitStatus status);
   void signalGroup(int signal);
+  void stopGroup();
 
   Kind kind_;
   WhatIfInputs inputs_;

@@ -194,9 +194,14 @@ void ComparisonView::follow(TimelineView* from, double start, double end) {
 void ComparisonView::setOffset(double seconds) {
   offset_ = seconds;
   // Each pane may go as far as the other run reaches on its clock, so locked panes stay locked.
+  // Both extents change before either pane follows the other (one at a time would clamp a pane
+  // to the other's old extent and write that back).
   const double a = predicted_->store()->makespan(), b = measured_->store()->makespan();
-  predicted_->setTimeExtent(std::make_pair(std::min(0.0, -offset_), std::max(a, b - offset_)));
-  measured_->setTimeExtent(std::make_pair(std::min(0.0, offset_), std::max(b, a + offset_)));
+  {
+    const QScopedValueRollback<bool> guard(syncing_, true);
+    predicted_->setTimeExtent(std::make_pair(std::min(0.0, -offset_), std::max(a, b - offset_)));
+    measured_->setTimeExtent(std::make_pair(std::min(0.0, offset_), std::max(b, a + offset_)));
+  }
   {
     const QSignalBlocker block(offset_box_);
     offset_box_->setValue(seconds * 1e3);

@@ -6,6 +6,7 @@
 #include <QComboBox>
 #include <QDialog>
 #include <QDialogButtonBox>
+#include <QDir>
 #include <QDragEnterEvent>
 #include <QEventLoop>
 #include <QFileDialog>
@@ -58,7 +59,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), tabs_(new QTabWid
   if (settings.contains("geometry")) restoreGeometry(settings.value("geometry").toByteArray());
 }
 
-MainWindow::~MainWindow() { loader_.cancel(); }
+MainWindow::~MainWindow() {
+  loader_.cancel();
+  loader_.waitForFinished();  // before work_dir_, which a what-if load may be reading, goes
+}
 
 void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(QStringLiteral("&File"));
@@ -137,6 +141,7 @@ void MainWindow::loadFinished(const LoadOutcome& outcome) {
     // No tab for a bad file; one message in the CLI's words; other tabs untouched.
     showError(QStringLiteral("Cannot open file"), outcome.error);
     if (pending_comparison_.contains(path)) pending_comparison_.clear();
+    what_if_.erase(QFileInfo(path).absoluteFilePath());
   } else {
     auto* view = new DocumentView(outcome.document, tabs_);
     // The timeline gets most of the height until the user says otherwise (kept in the settings).
@@ -146,7 +151,9 @@ void MainWindow::loadFinished(const LoadOutcome& outcome) {
     const int index = tabs_->addTab(view, QFileInfo(path).fileName());
     tabs_->setTabToolTip(index, path);
     tabs_->setCurrentIndex(index);
-    addRecent(path);
+    // A what-if run's timeline lives in this window's temporary folder: not one to reopen later.
+    if (!QFileInfo(path).absoluteFilePath().startsWith(QDir(work_dir_.path()).absolutePath() + QLatin1Char('/')))
+      addRecent(path);
     statusBar()->showMessage(QStringLiteral("Opened %1").arg(path));
     attachWhatIf(view);
     emit documentOpened(path);
@@ -318,6 +325,11 @@ void MainWindow::startJob(StratsimJob::Kind kind, const WhatIfInputs& inputs,
     showError(QStringLiteral("Busy"), QStringLiteral("A run is in progress; wait for it or cancel it first"));
     return;
   }
+  if (!work_dir_.isValid()) {
+    showError(QStringLiteral("Cannot run"),
+              QStringLiteral("no temporary folder for the run's files (%1)").arg(work_dir_.errorString()));
+    return;
+  }
   job_ = std::make_unique<StratsimJob>(kind, inputs, work_dir_.path());
   job_beside_ = std::move(beside);
   if (!job_progress_) {
@@ -342,7 +354,9 @@ void MainWindow::startJob(StratsimJob::Kind kind, const WhatIfInputs& inputs,
 }
 
 void MainWindow::cancelJob() {
-  if (job_) job_->cancel();
+  if (!job_) return;
+  disconnect(job_.get(), &StratsimJob::progress, job_progress_, nullptr);  // no late update reopens it
+  job_->cancel();
 }
 
 void MainWindow::jobFinished(bool ok, const QString& error) {
@@ -351,6 +365,7 @@ void MainWindow::jobFinished(bool ok, const QString& error) {
     job_progress_->hide();  // autoClose is off (so Cancel is seen), hence hidden here
   }
   if (!job_) return;
+  const std::shared_ptr<const LoadedDocument> beside = std::exchange(job_beside_, nullptr);
   if (job_->cancelled()) {
     statusBar()->showMessage(QStringLiteral("Cancelled"));
     return;
@@ -360,7 +375,7 @@ void MainWindow::jobFinished(bool ok, const QString& error) {
     return;
   }
   const QString timeline = job_->timelinePath();
-  what_if_[QFileInfo(timeline).absoluteFilePath()] = {job_->inputs(), job_->kind(), job_beside_};
+  what_if_[QFileInfo(timeline).absoluteFilePath()] = {job_->inputs(), job_->kind(), beside};
   openFiles({timeline});
 }
 
@@ -375,8 +390,11 @@ void MainWindow::attachWhatIf(DocumentView* view) {
     view->setWhatIf(pending.inputs);
     connect(view->planPanel(), &PlanPanel::rerunRequested, this,
             [this, document](const WhatIfInputs& edited) { startJob(StratsimJob::Kind::simulate, edited, document); });
-    connect(view->planPanel(), &PlanPanel::runRequested, this,
-            [this, document](const WhatIfInputs& inputs) { startJob(StratsimJob::Kind::run, inputs, document); });
+    // A run of an edited plan has no simulation of that plan to stand beside: it opens alone.
+    PlanPanel* panel = view->planPanel();
+    connect(panel, &PlanPanel::runRequested, this, [this, document, panel](const WhatIfInputs& inputs) {
+      startJob(StratsimJob::Kind::run, inputs, panel->fields()->edited() ? nullptr : document);
+    });
   }
   if (!pending.beside) return;
   // After the tab itself is in place (loadFinished adds it first).

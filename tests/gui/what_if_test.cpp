@@ -156,7 +156,12 @@ class WhatIfTest : public QObject {
     const int style = model.rowOf("steps[1] parallelize_module: plan/fc1");
     QVERIFY(style >= 0);
     QCOMPARE(model.index(style, PlanFieldsModel::value).data().toString(), QStringLiteral("\"colwise\""));
+    QSignalSpy changed(&model, &QAbstractItemModel::dataChanged);
     QVERIFY(model.setData(model.index(style, PlanFieldsModel::value), "rowwise"));
+    // rows overlap (a value and the settings under it), so every value row is said to have changed
+    QCOMPARE(changed.count(), 1);
+    QCOMPARE(changed[0][0].toModelIndex().row(), 0);
+    QCOMPARE(changed[0][1].toModelIndex().row(), model.rowCount() - 1);
     QCOMPARE(model.plan()["steps"][1]["parallelize_module"]["plan"]["fc1"], nlohmann::json("rowwise"));
     const int dtype = model.rowOf("steps[0] fully_shard: mixed_precision/param_dtype");
     QVERIFY(dtype >= 0);
