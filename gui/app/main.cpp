@@ -214,7 +214,9 @@ int main(int argc, char** argv) {
                                          QStringLiteral("Draw FILE's view to OUT.png (or OUT.svg) and exit"),
                                          QStringLiteral("OUT.png"));
   const QCommandLineOption report_option(
-      QStringLiteral("report"), QStringLiteral("Print FILE's range statistics and collective counts and exit"));
+      QStringLiteral("report"),
+      QStringLiteral("Print FILE's range statistics and collective counts and exit (PREDICTED MEASURED: the "
+                     "matched-collectives report of stratsim compare)"));
   const QCommandLineOption range_option(QStringLiteral("range"),
                                         QStringLiteral("Time range START:END (units s, ms, us, ns; default seconds)"),
                                         QStringLiteral("START:END"));
