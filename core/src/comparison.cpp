@@ -25,12 +25,6 @@ double number(const json& object, const char* key, const std::string& where) {
   return object[key].get<double>();
 }
 
-std::string percent(const std::optional<double>& error) {
-  return error ? fmt::format("{:+.1f}%", 100 * *error) : std::string("-");
-}
-
-json error_json(const std::optional<double>& error) { return error ? json(*error) : json(nullptr); }
-
 std::vector<ComparisonRow> step_rows(const RunReport& a, const RunReport& b) {
   const json &ia = a.document["iterations"], &ib = b.document["iterations"];
   if (ia.size() != ib.size())
@@ -93,7 +87,8 @@ void table(std::ostringstream& out, const std::string& title, const std::string&
   out << fmt::format("  {:<36}  {:>14}  {:>14}  {:>8}\n", label, "predicted", "measured", "error");
   for (const ComparisonRow& row : rows)
     out << fmt::format("  {:<36}  {:>14}  {:>14}  {:>8}{}\n", row.label.substr(0, 36), format_seconds(row.predicted),
-                       format_seconds(row.measured), percent(row.error()), row.detail.empty() ? "" : "  " + row.detail);
+                       format_seconds(row.measured), format_error(row.error()),
+                       row.detail.empty() ? "" : "  " + row.detail);
 }
 
 json rows_json(const std::vector<ComparisonRow>& rows, const char* label) {
@@ -192,6 +187,16 @@ RunReport load_run_report(const std::string& path) {
   return run_report_from_json(parse_document(read_text_file(path), path, false), path);
 }
 
+std::string format_error(const std::optional<double>& error) {
+  return error ? fmt::format("{:+.1f}%", 100 * *error) : std::string("-");
+}
+
+std::string format_error_magnitude(const std::optional<double>& error) {
+  return error ? fmt::format("{:.1f}%", 100 * *error) : std::string("-");
+}
+
+json error_json(const std::optional<double>& error) { return error ? json(*error) : json(nullptr); }
+
 std::optional<double> ComparisonRow::error() const {
   if (measured == 0) return std::nullopt;
   return (predicted - measured) / measured;
@@ -235,7 +240,7 @@ std::string comparison_text(const Comparison& c, int top) {
   out << fmt::format("predicted: {} ({}; {})\n", c.predicted.file, c.predicted.mode, c.predicted.platform);
   out << fmt::format("measured:  {} ({}; {})\n", c.measured.file, c.measured.mode, c.measured.platform);
   out << fmt::format("mean |error|: steps {}, collective ops {} (error = (predicted - measured) / measured)\n",
-                     percent(c.mean_abs_step_error()), percent(c.mean_abs_collective_error()));
+                     format_error(c.mean_abs_step_error()), format_error(c.mean_abs_collective_error()));
   table(out, "steps", "iteration", c.steps);
   table(out,
         fmt::format("collective ops, mean duration per instance (largest |error| first, {} of {})",

@@ -4,7 +4,7 @@
 // without a second pass or a parser callback on every value.
 #include "stratsim/core/document.hpp"
 
-#include <sys/stat.h>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -114,8 +114,8 @@ Document document_from_json(json document, const std::string& origin) {
 }
 
 Document read_document(const std::string& path, const ReadProgress& progress) {
-  struct stat status {};
-  if (::stat(path.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) {
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
     Document folder;
     folder.origin = path;
     folder.kind = DocumentKind::profiler_trace;

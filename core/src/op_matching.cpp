@@ -55,14 +55,6 @@ std::string bytes_text(std::int64_t bytes) {
   return bytes < 1024 ? fmt::format("{} B", bytes) : format_bytes(bytes);
 }
 
-std::string percent(const std::optional<double>& error) {
-  return error ? fmt::format("{:+.1f}%", 100 * *error) : std::string("-");
-}
-std::string magnitude(const std::optional<double>& error) {
-  return error ? fmt::format("{:.1f}%", 100 * *error) : std::string("-");
-}
-json number_or_null(const std::optional<double>& value) { return value ? json(*value) : json(nullptr); }
-
 // The pairing of iterations: by number when every measured iteration is one the prediction has
 // (a trace of steps 0..2 against a 3-iteration simulation), otherwise the last k of each in order:
 // steady state is at the end of both runs.
@@ -298,8 +290,8 @@ void summary_table(std::ostringstream& out, const std::string& title, const std:
   for (const ErrorSummary& s : rows)
     out << fmt::format("  {:<40}  {:>6}  {:>12}  {:>12}  {:>10}  {:>12}\n", s.label.substr(0, 40), s.count,
                        format_seconds(s.count ? s.predicted_total / s.count : 0),
-                       format_seconds(s.count ? s.measured_total / s.count : 0), magnitude(s.mean_abs_error),
-                       magnitude(s.geomean_abs_error));
+                       format_seconds(s.count ? s.measured_total / s.count : 0),
+                       format_error_magnitude(s.mean_abs_error), format_error_magnitude(s.geomean_abs_error));
 }
 
 json summary_json(const ErrorSummary& s) {
@@ -307,8 +299,8 @@ json summary_json(const ErrorSummary& s) {
           {"count", s.count},
           {"predicted_total_s", s.predicted_total},
           {"measured_total_s", s.measured_total},
-          {"mean_abs_error", number_or_null(s.mean_abs_error)},
-          {"geomean_abs_error", number_or_null(s.geomean_abs_error)}};
+          {"mean_abs_error", error_json(s.mean_abs_error)},
+          {"geomean_abs_error", error_json(s.geomean_abs_error)}};
 }
 
 }  // namespace
@@ -519,13 +511,14 @@ std::string op_comparison_text(const OpComparison& c, const CollectiveSide& p, c
   out << fmt::format("matched {} collectives: {} of {} predicted, {} of {} measured ({} unmatched)\n", c.matched.size(),
                      c.matched.size(), c.predicted_compared, c.matched.size(), c.measured_compared, c.unmatched.size());
   out << fmt::format("duration error (predicted - measured) / measured: mean |error| {}, geomean |error| {}\n",
-                     magnitude(c.overall.mean_abs_error), magnitude(c.overall.geomean_abs_error));
+                     format_error_magnitude(c.overall.mean_abs_error),
+                     format_error_magnitude(c.overall.geomean_abs_error));
   if (!c.steps.empty()) {
     out << "\nsteps (" << p.step_source << " | " << m.step_source << "):\n";
     out << fmt::format("  {:<10}  {:>12}  {:>12}  {:>8}\n", "iteration", "predicted", "measured", "error");
     for (const ComparisonRow& row : c.steps)
       out << fmt::format("  {:<10}  {:>12}  {:>12}  {:>8}{}\n", row.label, format_seconds(row.predicted),
-                         format_seconds(row.measured), percent(row.error()),
+                         format_seconds(row.measured), format_error(row.error()),
                          row.detail.empty() ? "" : "  " + row.detail);
   }
   std::vector<const MatchedCollective*> largest;
@@ -542,7 +535,7 @@ std::string op_comparison_text(const OpComparison& c, const CollectiveSide& p, c
     out << fmt::format("  {:>5}  {:>4}  {:<28}  {:<15}  {:>12}  {:>12}  {:>12}  {:>8}\n", pair->rank,
                        pair->predicted_iteration, p.labels[pc.label].substr(0, 28), kind_text(p, pc), pc.bytes,
                        format_seconds(pair->predicted_duration), format_seconds(pair->measured_duration),
-                       percent(pair->error()));
+                       format_error(pair->error()));
   }
   const std::vector<CountDifference> counts = count_differences(p, m, c);
   if (!counts.empty()) {
@@ -592,7 +585,7 @@ json op_comparison_json(const OpComparison& c, const CollectiveSide& p, const Co
                        {"measured_op", m.labels[mc.label]},
                        {"predicted_s", pair.predicted_duration},
                        {"measured_s", pair.measured_duration},
-                       {"error", number_or_null(pair.error())}});
+                       {"error", error_json(pair.error())}});
   }
   for (const UnmatchedCollective& u : c.unmatched) {
     const CollectiveSide& s = u.predicted_side ? p : m;
@@ -609,7 +602,7 @@ json op_comparison_json(const OpComparison& c, const CollectiveSide& p, const Co
     steps.push_back({{"iteration", std::stoi(row.label)},
                      {"predicted_s", row.predicted},
                      {"measured_s", row.measured},
-                     {"error", number_or_null(row.error())}});
+                     {"error", error_json(row.error())}});
   json by_kind_size = json::array(), by_stream = json::array(), counts = json::array();
   for (const CountDifference& d : count_differences(p, m, c))
     counts.push_back({{"comm_key", d.comm_key},

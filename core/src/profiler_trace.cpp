@@ -4,13 +4,13 @@
 // events in the file (Kineto writes CPU ops, then GPU activity, then annotations) does not matter.
 #include "stratsim/core/profiler_trace.hpp"
 
-#include <sys/stat.h>
 #include <zlib.h>
 
 #include <dirent.h>
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <regex>
@@ -539,11 +539,6 @@ std::string gunzip(const std::string& data, const std::string& path) {
   return text;
 }
 
-bool is_directory(const std::string& path) {
-  struct stat status {};
-  return ::stat(path.c_str(), &status) == 0 && S_ISDIR(status.st_mode);
-}
-
 std::vector<std::string> trace_files_in(const std::string& folder) {
   std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(folder.c_str()), &::closedir);
   if (!dir) throw InputError(fmt::format("{}: cannot open folder", folder));
@@ -584,7 +579,8 @@ std::string read_maybe_gzipped_file(const std::string& path) { return maybe_gunz
 ProfilerTrace read_profiler_trace(const std::vector<std::string>& paths) {
   std::vector<std::string> files;
   for (const std::string& path : paths) {
-    if (is_directory(path)) {
+    std::error_code ignored;
+    if (std::filesystem::is_directory(path, ignored)) {
       const std::vector<std::string> inside = trace_files_in(path);
       files.insert(files.end(), inside.begin(), inside.end());
     } else {

@@ -11,14 +11,6 @@ namespace {
 
 QString text(const std::string& value) { return QString::fromStdString(value); }
 QString seconds(double value) { return QString::fromStdString(core::format_seconds(value)); }
-QString signedPercent(const std::optional<double>& error) {
-  if (!error) return QStringLiteral("-");
-  return (*error >= 0 ? QStringLiteral("+") : QString()) + QString::number(100.0 * *error, 'f', 1) +
-         QStringLiteral(" %");
-}
-QString percent(const std::optional<double>& value) {
-  return value ? QString::number(100.0 * *value, 'f', 1) + QStringLiteral(" %") : QStringLiteral("-");
-}
 QVariant alignment(bool numeric) {
   return QVariant::fromValue(numeric ? Qt::AlignRight | Qt::AlignVCenter : Qt::AlignLeft | Qt::AlignVCenter);
 }
@@ -35,6 +27,15 @@ QString kindText(const core::CollectiveSide& side, const core::SideCollective& c
 }
 
 }  // namespace
+
+QString formatSignedPercent(const std::optional<double>& value) {
+  if (!value) return QStringLiteral("-");
+  return (*value >= 0 ? QStringLiteral("+") : QString()) + formatPercent(value);
+}
+
+QString formatPercent(const std::optional<double>& value) {
+  return value ? QString::number(100.0 * *value, 'f', 1) + QStringLiteral(" %") : QStringLiteral("-");
+}
 
 // ---- MatchedOpsModel ----
 
@@ -88,7 +89,7 @@ QVariant MatchedOpsModel::data(const QModelIndex& index, int role) const {
     case measured:
       return raw ? QVariant(pair.measured_duration) : QVariant(seconds(pair.measured_duration));
     case error:
-      return raw ? QVariant(pair.error().value_or(0)) : QVariant(signedPercent(pair.error()));
+      return raw ? QVariant(pair.error().value_or(0)) : QVariant(formatSignedPercent(pair.error()));
     default:
       return {};
   }
@@ -138,9 +139,9 @@ QVariant ErrorSummaryModel::data(const QModelIndex& index, int role) const {
     case measured:
       return raw ? QVariant(s.measured_total / n) : QVariant(seconds(s.measured_total / n));
     case mean_abs:
-      return raw ? QVariant(s.mean_abs_error.value_or(0)) : QVariant(percent(s.mean_abs_error));
+      return raw ? QVariant(s.mean_abs_error.value_or(0)) : QVariant(formatPercent(s.mean_abs_error));
     case geomean_abs:
-      return raw ? QVariant(s.geomean_abs_error.value_or(0)) : QVariant(percent(s.geomean_abs_error));
+      return raw ? QVariant(s.geomean_abs_error.value_or(0)) : QVariant(formatPercent(s.geomean_abs_error));
     default:
       return {};
   }
@@ -313,7 +314,7 @@ QVariant RangeDeltaModel::data(const QModelIndex& index, int role) const {
   const int row = index.row();
   const double p = value(row, false), m = value(row, true);
   const bool fraction = row == overlap;
-  const auto shown = [&](double v) { return fraction ? percent(v) : seconds(v); };
+  const auto shown = [&](double v) { return fraction ? formatPercent(v) : seconds(v); };
   switch (index.column()) {
     case figure:
       return QString::fromLatin1(figures[row]);

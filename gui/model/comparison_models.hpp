@@ -17,6 +17,10 @@
 
 namespace stratsim::gui {
 
+// "12.3 %" and "+12.3 %" (signed), "-" when there is no value: how the comparison shows errors.
+QString formatPercent(const std::optional<double>& value);
+QString formatSignedPercent(const std::optional<double>& value);
+
 // One row per matched collective, largest |error| first.
 class MatchedOpsModel : public QAbstractTableModel {
   Q_OBJECT

@@ -89,38 +89,28 @@ QString stratsimBinary() {
   return on_path.isEmpty() ? QStringLiteral("stratsim") : on_path;
 }
 
-QStringList simulateArguments(const WhatIfInputs& inputs, const QString& plan_file, const QString& timeline) {
-  return {QStringLiteral("simulate"),
-          QStringLiteral("--model"),
-          inputs.model,
-          QStringLiteral("--plan"),
-          plan_file,
-          QStringLiteral("--platform"),
-          inputs.platform,
-          QStringLiteral("--iterations"),
-          QString::number(inputs.iterations),
-          QStringLiteral("--timeline"),
-          timeline,
-          QStringLiteral("-o"),
-          QStringLiteral("/dev/null"),
+namespace {
+
+// What both commands take after their own options: the inputs, and where the timeline goes.
+QStringList inputArguments(const WhatIfInputs& inputs, const QString& plan_file, const QString& timeline) {
+  return {QStringLiteral("--model"),      inputs.model,
+          QStringLiteral("--plan"),       plan_file,
+          QStringLiteral("--iterations"), QString::number(inputs.iterations),
+          QStringLiteral("--timeline"),   timeline,
+          QStringLiteral("-o"),           QStringLiteral("/dev/null"),
           QStringLiteral("--progress")};
 }
 
+}  // namespace
+
+QStringList simulateArguments(const WhatIfInputs& inputs, const QString& plan_file, const QString& timeline) {
+  return QStringList{QStringLiteral("simulate"), QStringLiteral("--platform"), inputs.platform} +
+         inputArguments(inputs, plan_file, timeline);
+}
+
 QStringList runArguments(const WhatIfInputs& inputs, const QString& plan_file, const QString& timeline) {
-  return {QStringLiteral("run"),
-          QStringLiteral("--backend"),
-          QStringLiteral("gloo"),
-          QStringLiteral("--model"),
-          inputs.model,
-          QStringLiteral("--plan"),
-          plan_file,
-          QStringLiteral("--iterations"),
-          QString::number(inputs.iterations),
-          QStringLiteral("--timeline"),
-          timeline,
-          QStringLiteral("-o"),
-          QStringLiteral("/dev/null"),
-          QStringLiteral("--progress")};
+  return QStringList{QStringLiteral("run"), QStringLiteral("--backend"), QStringLiteral("gloo")} +
+         inputArguments(inputs, plan_file, timeline);
 }
 
 // ---- StratsimJob ----

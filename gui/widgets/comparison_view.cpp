@@ -40,10 +40,6 @@ QTableView* table(QAbstractItemModel* model, QWidget* parent, QSortFilterProxyMo
   return view;
 }
 
-QString percent(const std::optional<double>& value) {
-  return value ? QString::number(100.0 * *value, 'f', 1) + QStringLiteral(" %") : QStringLiteral("-");
-}
-
 }  // namespace
 
 ComparisonView::ComparisonView(std::shared_ptr<const RunComparison> comparison, QWidget* parent,
@@ -83,13 +79,14 @@ QWidget* ComparisonView::buildControls() {
   auto* row = new QHBoxLayout(bar);
   row->setContentsMargins(6, 3, 6, 3);
   const core::OpComparison& r = comparison_->result();
-  auto* summary = new QLabel(QStringLiteral("%1 of %2 predicted and %3 measured collectives matched · mean |error| "
-                                            "%4 · geomean |error| %5")
-                                 .arg(r.matched.size())
-                                 .arg(r.predicted_compared)
-                                 .arg(r.measured_compared)
-                                 .arg(percent(r.overall.mean_abs_error), percent(r.overall.geomean_abs_error)),
-                             bar);
+  auto* summary =
+      new QLabel(QStringLiteral("%1 of %2 predicted and %3 measured collectives matched · mean |error| "
+                                "%4 · geomean |error| %5")
+                     .arg(r.matched.size())
+                     .arg(r.predicted_compared)
+                     .arg(r.measured_compared)
+                     .arg(formatPercent(r.overall.mean_abs_error), formatPercent(r.overall.geomean_abs_error)),
+                 bar);
   summary->setObjectName(QStringLiteral("comparisonSummary"));
   summary->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);  // shrinks, the controls stay whole
   summary->setMinimumWidth(120);

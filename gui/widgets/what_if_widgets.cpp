@@ -24,8 +24,9 @@ namespace stratsim::gui {
 namespace {
 
 // The simulator's presets, as `stratsim platforms` lists them (the viewer does not link the
-// simulator); the four shipped ones if it cannot be asked.
-QStringList platform_presets() {
+// simulator); the four shipped ones if it cannot be asked. Asked once per process, not each time
+// the dialog opens.
+QStringList ask_platform_presets() {
   QProcess process;
   process.start(stratsimBinary(), {QStringLiteral("platforms")});
   QStringList names;
@@ -35,6 +36,11 @@ QStringList platform_presets() {
       if (const auto match = entry.match(line); match.hasMatch()) names << match.captured(1);
   }
   return names.isEmpty() ? QStringList{"h100", "a100", "h200", "cpu"} : names;
+}
+
+const QStringList& platform_presets() {
+  static const QStringList presets = ask_platform_presets();
+  return presets;
 }
 
 QComboBox* editable_box(const QStringList& items, const QString& current, QWidget* parent) {

@@ -74,10 +74,7 @@ class ComparisonTest : public QObject {
  private slots:
   void initTestCase() {
     QVERIFY(dir_.isValid());
-    QSettings::setDefaultFormat(QSettings::IniFormat);
-    QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, dir_.filePath("settings"));
-    QApplication::setOrganizationName("stratsim-test");
-    QApplication::setApplicationName("comparison-test");
+    test::isolate_settings(dir_, "comparison-test");
     simulation_ = dir_.filePath("mlp.timeline.json");
     other_platform_ = dir_.filePath("mlp-h100.timeline.json");
     report_ = dir_.filePath("mlp.report.json");

@@ -61,10 +61,7 @@ class ViewerTest : public QObject {
  private slots:
   void initTestCase() {
     QVERIFY(dir_.isValid());
-    QSettings::setDefaultFormat(QSettings::IniFormat);
-    QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, dir_.filePath("settings"));
-    QApplication::setOrganizationName("stratsim-test");
-    QApplication::setApplicationName("viewer-test");
+    test::isolate_settings(dir_, "viewer-test");
     QFont font("DejaVu Sans");
     font.setPixelSize(12);
     QApplication::setFont(font);

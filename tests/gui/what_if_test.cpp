@@ -73,10 +73,7 @@ class WhatIfTest : public QObject {
  private slots:
   void initTestCase() {
     QVERIFY(dir_.isValid());
-    QSettings::setDefaultFormat(QSettings::IniFormat);
-    QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, dir_.filePath("settings"));
-    QApplication::setOrganizationName("stratsim-test");
-    QApplication::setApplicationName("what-if-test");
+    test::isolate_settings(dir_, "what-if-test");
     qputenv("STRATSIM_BINARY", STRATSIM_BINARY);
   }
 

@@ -58,6 +58,12 @@ std::optional<double> mean_abs_error(const std::vector<ComparisonRow>& rows);
 // The rows with the largest |error| first, at most `top`.
 std::vector<ComparisonRow> largest_errors(std::vector<ComparisonRow> rows, int top);
 
+// How the comparisons write an error: "+12.3%" (signed), "12.3%" (a magnitude), "-" when there is
+// none; in JSON a number, or null.
+std::string format_error(const std::optional<double>& error);
+std::string format_error_magnitude(const std::optional<double>& error);
+nlohmann::json error_json(const std::optional<double>& error);
+
 std::string comparison_text(const Comparison& comparison, int top);
 nlohmann::json comparison_json(const Comparison& comparison);  // "format": "stratsim.comparison", version 1
 
