@@ -194,7 +194,9 @@ void SummaryCharts::render(QPainter& p, QSize size) const {
   }
   std::vector<Bar> overlap, exposed;
   for (const auto& r : summary_.ranks) {
-    const QString label = QStringLiteral("ranks %1").arg(r.label);
+    // r.label is "3", "0-1023" or "0-3,8-11": one rank reads "rank 3"
+    const bool several = r.label.contains('-') || r.label.contains(',');
+    const QString label = QStringLiteral("%1 %2").arg(several ? "ranks" : "rank", r.label);
     overlap.push_back({label, r.overlap, QString::number(100 * r.overlap, 'f', 1) + " %"});
     exposed.push_back({label, r.exposed, formatTime(r.exposed)});
   }
