@@ -179,13 +179,17 @@ class ModelParser {
         break;
       }
       case LeafKind::attention: {
-        node.allow_only({"name", "type", "heads", "kv_heads", "head_dim", "causal", "fused", "dropout", "functional",
-                         "checkpoint"});
+        node.allow_only({"name", "type", "heads", "kv_heads", "head_dim", "causal", "fused", "dropout", "repeat_kv",
+                         "functional", "checkpoint"});
         m.heads = positive(node, "heads");
         m.head_dim = positive(node, "head_dim");
         m.kv_heads = node.has("kv_heads") ? positive(node, "kv_heads") : m.heads;
         if (m.heads % m.kv_heads != 0)
           node.at("kv_heads").fail(fmt::format("heads {} is not a multiple of kv_heads {}", m.heads, m.kv_heads));
+        m.repeat_kv = node.get_bool("repeat_kv", false);
+        if (m.repeat_kv && m.kv_heads == m.heads)
+          node.at("repeat_kv")
+              .fail(fmt::format("needs kv_heads below heads (both are {}): there is nothing to repeat", m.heads));
         m.causal = node.get_bool("causal", true);
         m.fused = node.get_bool("fused", true);
         m.dropout = node.get_number("dropout", 0);

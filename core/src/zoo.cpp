@@ -209,6 +209,13 @@ json sdpa(std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim) {
           {"head_dim", head_dim}, {"functional", true}};
 }
 
+// torchtitan's attention repeats k and v to the query heads before SDPA (repeat_kv).
+json sdpa_after_repeat_kv(std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim) {
+  json leaf = sdpa(heads, kv_heads, head_dim);
+  if (kv_heads < heads) leaf["repeat_kv"] = true;
+  return leaf;
+}
+
 // Pre-norm residual block: x + attention(norm(x)), then x + ffn(norm(x)).
 json residual_forward(const std::string& norm1, const std::string& attention, const std::string& norm2,
                       const std::string& ffn) {
@@ -221,7 +228,8 @@ json rms_norm(const std::string& name, const TransformerConfig& c) {
 }
 
 // torchtitan's llama3 TransformerBlock: q, k, v projections of one input, rotary embeddings on q
-// and k, flash attention, and a SwiGLU feed-forward w2(silu(w1 x) * w3 x).
+// and k, k and v repeated to the query heads, flash attention, and a SwiGLU feed-forward
+// w2(silu(w1 x) * w3 x).
 json llama_block(const std::string& name, const TransformerConfig& c) {
   const std::int64_t head_dim = c.hidden / c.heads;
   const std::int64_t kv = c.kv_heads == 0 ? c.heads : c.kv_heads;
@@ -229,7 +237,7 @@ json llama_block(const std::string& name, const TransformerConfig& c) {
       container("attention", "Attention",
                 {linear("wq", c.hidden, c.heads * head_dim, false), linear("wk", c.hidden, kv * head_dim, false),
                  linear("wv", c.hidden, kv * head_dim, false), functional("rope", "RotaryEmbedding"),
-                 sdpa(c.heads, kv, head_dim), linear("wo", c.heads * head_dim, c.hidden, false)});
+                 sdpa_after_repeat_kv(c.heads, kv, head_dim), linear("wo", c.heads * head_dim, c.hidden, false)});
   attention["forward"] = {call("wq", "x", "q"),   call("wk", "x", "k"),   call("wv", "x", "v"),
                           call("rope", "q", "q"), call("rope", "k", "k"), call("sdpa", {"q", "k", "v"}, "o"),
                           call("wo", "o", "o")};

@@ -462,6 +462,8 @@ cost_model:
       embedding: {{flops: 1, memory: 1}}
       optimizer: {{flops: 1, memory: 1}}
       multi_tensor_copy: {{flops: 1, memory: 1}}
+      cast: {{flops: 1, memory: 1}}
+      strided_copy: {{flops: 1, memory: 1}}
       other: {{flops: 1, memory: 1}}
     gemm:
       float32:

@@ -30,12 +30,17 @@ double DeviceSpec::peak_for(core::DType dtype) const {
 //    of HBM bandwidth (embedding gathers rows, so lower), and their math rarely matters.
 //  - multi_tensor_copy: one kernel copying many tensors at their own offsets (FSDP2's chunk_cat
 //    and split_with_sizes_copy): memory bound, as elementwise here; slower on GPUs (the presets).
+//  - cast: a dtype conversion PyTorch's copy kernel runs without vectorised loads (bfloat16 or
+//    float16 up to float32; the way down has a vectorised kernel and is elementwise).
+//  - strided_copy: a copy of a strided or expanded view into a contiguous tensor (repeat_kv).
+//    Both as elementwise here; slower on GPUs (the presets).
 //  - other: anything the planner does not classify.
 ComputeModel ComputeModel::defaults() {
   ComputeModel model;
   model.efficiency_ = {
-      {"gemm", {0.75, 0.8}},     {"attention", {0.6, 0.8}}, {"elementwise", {0.5, 0.8}},       {"norm", {0.5, 0.75}},
-      {"embedding", {0.5, 0.7}}, {"optimizer", {0.5, 0.8}}, {"multi_tensor_copy", {0.5, 0.8}}, {"other", {0.5, 0.7}},
+      {"gemm", {0.75, 0.8}},        {"attention", {0.6, 0.8}}, {"elementwise", {0.5, 0.8}},       {"norm", {0.5, 0.75}},
+      {"embedding", {0.5, 0.7}},    {"optimizer", {0.5, 0.8}}, {"multi_tensor_copy", {0.5, 0.8}}, {"cast", {0.5, 0.8}},
+      {"strided_copy", {0.5, 0.8}}, {"other", {0.5, 0.7}},
   };
   model.launch_overhead_ = 2e-6;  // a CUDA kernel launch plus PyTorch dispatch, per op
   return model;
@@ -62,6 +67,18 @@ std::pair<std::size_t, double> locate(const std::vector<double>& axis, double x)
 }
 
 }  // namespace
+
+double PowerDerating::flops_factor(double watts) const {
+  if (empty() || limits.empty() || watts >= rated_w) return 1;
+  if (watts <= limits.front().first) return limits.front().second;
+  // Between two listed limits, or the highest one and the rated power (factor 1).
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    const auto [w0, f0] = limits[i];
+    const auto [w1, f1] = i + 1 < limits.size() ? limits[i + 1] : std::pair<double, double>{rated_w, 1.0};
+    if (watts <= w1) return f0 + (f1 - f0) * (watts - w0) / (w1 - w0);
+  }
+  return 1;
+}
 
 double GemmTable::at(double mm, double nn, double kk, int ranks_computing) const {
   const bool busy = !all_busy.empty() && ranks_computing >= all_busy_ranks;
@@ -102,6 +119,7 @@ double ComputeModel::duration(const core::ProgramOp& op, const DeviceSpec& devic
     }
   const double class_peak = peak * e.flops_for(op.phase);
   if (other_flops > 0 && class_peak > 0) math += other_flops / class_peak;
+  if (device.power_limit_w > 0) math /= power_.flops_factor(device.power_limit_w);
   const double bandwidth = device.memory_bandwidth * e.memory;
   const double memory = bytes > 0 && bandwidth > 0 ? bytes / bandwidth : 0;
   const double kernels = static_cast<double>(std::max<std::size_t>(1, op.gemms.size()));
@@ -133,6 +151,30 @@ double read_tflops(const core::JsonReader& node) {
   if (!(value > 0 && value <= 10000))
     node.fail(fmt::format("expected TFLOP/s above 0 and at most 10000, got {}", value));
   return value * 1e12;
+}
+
+// power: {rated_w: 700, limits: [{watts: 500, flops: 0.809, source: ...}, ...]}
+PowerDerating read_power(const core::JsonReader& node) {
+  node.expect_object();
+  node.allow_only({"rated_w", "limits", "source"});
+  PowerDerating power;
+  power.rated_w = node.at("rated_w").as_number();
+  if (!(power.rated_w > 0 && power.rated_w <= 10000))
+    node.at("rated_w").fail(fmt::format("expected watts above 0 and at most 10000, got {}", power.rated_w));
+  const core::JsonReader limits = node.at("limits");
+  limits.expect_array();
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    const core::JsonReader entry = limits.at(i);
+    entry.expect_object();
+    entry.allow_only({"watts", "flops", "source"});
+    const double watts = entry.at("watts").as_number();
+    const double before = power.limits.empty() ? 0 : power.limits.back().first;
+    if (!(watts > before && watts < power.rated_w))
+      entry.at("watts").fail(
+          fmt::format("expected watts above {} and below rated_w {}, got {}", before, power.rated_w, watts));
+    power.limits.emplace_back(watts, read_fraction(entry.at("flops")));
+  }
+  return power;
 }
 
 GemmTable read_gemm_table(const core::JsonReader& node) {
@@ -172,15 +214,15 @@ GemmTable read_gemm_table(const core::JsonReader& node) {
 void ComputeModel::apply(const core::JsonReader& root) {
   root.expect_object();
   ComputeModel updated = *this;
-  root.allow_only({"launch_overhead_us", "kernel_floor_us", "op_classes", "gemm", "source"});
+  root.allow_only({"launch_overhead_us", "kernel_floor_us", "op_classes", "gemm", "power", "source"});
   if (root.has("launch_overhead_us")) updated.launch_overhead_ = read_microseconds(root.at("launch_overhead_us"));
   if (root.has("kernel_floor_us")) updated.kernel_floor_ = read_microseconds(root.at("kernel_floor_us"));
   if (root.has("op_classes")) {
     const core::JsonReader classes = root.at("op_classes");
     classes.expect_object();
     // Only the classes the planner emits: a misspelt class would otherwise be silently unused.
-    classes.allow_only(
-        {"gemm", "attention", "elementwise", "norm", "embedding", "optimizer", "multi_tensor_copy", "other"});
+    classes.allow_only({"gemm", "attention", "elementwise", "norm", "embedding", "optimizer", "multi_tensor_copy",
+                        "cast", "strided_copy", "other"});
     for (const std::string& name : classes.keys()) {
       const core::JsonReader entry = classes.at(name);
       entry.expect_object();
@@ -200,6 +242,7 @@ void ComputeModel::apply(const core::JsonReader& root) {
       updated.gemm_[*dtype] = read_gemm_table(tables.at(name));
     }
   }
+  if (root.has("power")) updated.power_ = read_power(root.at("power"));
   *this = std::move(updated);
 }
 

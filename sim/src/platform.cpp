@@ -190,6 +190,7 @@ const std::vector<Option>& gpu_options() {
        [](PlatformSpec& s, const Value& v) { set_peak(s, DType::float64, num(v) * 1e12); }},
       {"hbm_gbps", Kind::positive, [](PlatformSpec& s, const Value& v) { s.device.memory_bandwidth = num(v) * kGB; }},
       {"hbm_gib", Kind::positive, [](PlatformSpec& s, const Value& v) { s.device.memory_bytes = num(v) * kGiB; }},
+      {"power_w", Kind::positive, [](PlatformSpec& s, const Value& v) { s.device.power_limit_w = num(v); }},
       {"model", Kind::model, apply_model},
   };
   return options;
@@ -292,6 +293,22 @@ std::string trim(const std::string& s) {
   return s.substr(first, s.find_last_not_of(" \t") - first + 1);
 }
 
+// power_w needs the cost model's figures for that limit: none are extrapolated.
+void check_power_limit(const PlatformSpec& spec,
+                       const std::function<void(const std::string&, const std::string&)>& fail) {
+  const double watts = spec.device.power_limit_w;
+  if (watts <= 0) return;
+  const PowerDerating& power = spec.cost.compute.power();
+  if (power.empty())
+    fail("power_w",
+         fmt::format("the cost model \"{}\" has no figures for a power limit (compute.power)", spec.cost.name));
+  if (watts > power.rated_w)
+    fail("power_w", fmt::format("{:g} W is above the rated {:g} W of the cost model's device", watts, power.rated_w));
+  if (watts < power.lowest_w())
+    fail("power_w", fmt::format("{:g} W is below the lowest limit the cost model has a figure for ({:g} W)", watts,
+                                power.lowest_w()));
+}
+
 // Checks that hold across options: sizes, and the kind the node count implies.
 void finish(PlatformSpec& spec, const std::function<void(const std::string&, const std::string&)>& fail) {
   if (spec.preset == "cpu") {
@@ -299,6 +316,7 @@ void finish(PlatformSpec& spec, const std::function<void(const std::string&, con
     spec.nodes = 1;
     return;
   }
+  check_power_limit(spec, fail);
   const long long devices = static_cast<long long>(spec.nodes) * spec.gpus_per_node;
   if (devices > kMaxDevices)
     fail("nodes", fmt::format("{} nodes x {} GPUs = {} devices; at most {} are supported", spec.nodes,
@@ -436,8 +454,10 @@ std::string fabric_name(Fabric fabric) { return fabric == Fabric::fat_tree ? "fa
 // "989.4 TFLOP/s bf16, HBM 3350 GB/s, 80 GiB" (or the fp32 and DRAM figures of a CPU process).
 std::string device_details(const DeviceSpec& device, bool gpu) {
   const double peak = device.peak_for(gpu ? DType::bfloat16 : DType::float32);
-  return gpu ? fmt::format("{:g} TFLOP/s bf16, HBM {}, {:g} GiB", peak / 1e12, gbps(device.memory_bandwidth),
-                           device.memory_bytes / kGiB)
+  const std::string power =
+      device.power_limit_w > 0 ? fmt::format(", power limit {:g} W", device.power_limit_w) : std::string();
+  return gpu ? fmt::format("{:g} TFLOP/s bf16, HBM {}, {:g} GiB{}", peak / 1e12, gbps(device.memory_bandwidth),
+                           device.memory_bytes / kGiB, power)
              : fmt::format("{:g} GFLOP/s fp32, DRAM {}, {:g} GiB", peak / 1e9, gbps(device.memory_bandwidth),
                            device.memory_bytes / kGiB);
 }

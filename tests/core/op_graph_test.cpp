@@ -192,13 +192,67 @@ TEST(OpGraph, TransformerBlocksBranchAndJoin) {
   EXPECT_EQ(std::count_if(ops.begin(), ops.end(),
                           [](const core::ProgramOp* op) { return op->name.ends_with(".grad_accumulate"); }),
             8);
-  // The loss is the first backward op; attention reads k and v of the KV width (2 of 4 heads).
+  // The loss is the first backward op. torchtitan's block repeats k and v (2 of 4 heads) to the
+  // query heads first, so attention reads them at the full width.
   const auto first_backward =
       std::find_if(ops.begin(), ops.end(), [](auto* op) { return op->phase == Phase::backward; });
   EXPECT_EQ((*first_backward)->name, "loss.backward");
   const core::ProgramOp* sdpa = ops[position(ops, "layers.0.attention.sdpa.forward")];
   const std::int64_t t = 2 * 16;
-  EXPECT_EQ(sdpa->bytes_accessed, (2 * t * 64 + 2 * t * 32) * 4 + 2 * 4 * 16 * 4);
+  EXPECT_EQ(sdpa->bytes_accessed, (2 * t * 64 + 2 * t * 64) * 4 + 2 * 4 * 16 * 4);
+  const int repeat = position(ops, "layers.0.attention.sdpa.repeat_kv.forward");
+  ASSERT_GE(repeat, 0);
+  EXPECT_EQ(repeat + 1, position(ops, "layers.0.attention.sdpa.forward"));  // just before the kernel
+  EXPECT_EQ(ops[repeat]->op_class, "strided_copy");
+  EXPECT_EQ(ops[repeat]->bytes_accessed, 2 * (t * 32 + t * 64) * 4);
+  EXPECT_EQ(ops[position(ops, "layers.0.attention.sdpa.repeat_kv.backward")]->op_class, "norm");
+}
+
+// One attention block: q from wq (4 heads of 8), k and v from wk and wv (2 heads), SDPA as `sdpa`.
+json gqa_attention(json sdpa) {
+  return {{"name", "Attn"},
+          {"dtype", "float32"},
+          {"seq_len", 16},
+          {"input_features", 32},
+          {"modules", {linear("wq", 32, 32), linear("wk", 32, 16), linear("wv", 32, 16), sdpa, linear("wo", 32, 32)}},
+          {"forward",
+           {call("wq", "x", "q"), call("wk", "x", "k"), call("wv", "x", "v"), call("sdpa", {"q", "k", "v"}, "o"),
+            call("wo", "o", "y")}}};
+}
+
+json sdpa_leaf(int kv_heads) {
+  return {{"name", "sdpa"},       {"type", "SDPA"}, {"heads", 4},
+          {"kv_heads", kv_heads}, {"head_dim", 8},  {"functional", true}};
+}
+
+// SDPA reading the KV heads itself (enable_gqa) moves and keeps the narrow k and v; repeat_kv
+// copies them out to the query heads, which the kernel then reads and keeps. An exported model
+// says the same by SDPA seeing 4 KV heads where the graph's k has 2: the expand and reshape the
+// exporter passed through were repeat_kv.
+TEST(OpGraph, RepeatKvCopiesKeysAndValuesToTheQueryHeads) {
+  json repeated = sdpa_leaf(2);
+  repeated["repeat_kv"] = true;
+  const PlanResult native = run_plan(model_from_json(gqa_attention(sdpa_leaf(2))), kLocal, 0, 1);
+  const PlanResult repeat = run_plan(model_from_json(gqa_attention(repeated)), kLocal, 0, 1);
+  const PlanResult exported = run_plan(model_from_json(gqa_attention(sdpa_leaf(4))), kLocal, 0, 1);
+  const std::int64_t t = 2 * 16, lse = 2 * 4 * 16 * 4;
+  const auto sdpa_bytes = [](const PlanResult& r) {
+    const auto ops = compute_ops(r);
+    return ops[position(ops, "sdpa.forward")]->bytes_accessed;
+  };
+  EXPECT_EQ(sdpa_bytes(native), (2 * t * 32 + 2 * t * 16) * 4 + lse);
+  EXPECT_EQ(sdpa_bytes(repeat), (2 * t * 32 + 2 * t * 32) * 4 + lse);
+  EXPECT_EQ(sdpa_bytes(exported), sdpa_bytes(repeat));
+  EXPECT_LT(position(compute_ops(native), "sdpa.repeat_kv.forward"), 0);
+  EXPECT_GE(position(compute_ops(exported), "sdpa.repeat_kv.forward"), 0);
+  // Saved: x (shared by wq, wk, wv), q, k and v, the output (wo's input) and the log-sum-exp.
+  EXPECT_EQ(native.memory.activations, (t * 32 + t * 32 + 2 * t * 16 + t * 32) * 4 + lse);
+  EXPECT_EQ(repeat.memory.activations, (t * 32 + t * 32 + 2 * t * 32 + t * 32) * 4 + lse);
+  EXPECT_EQ(exported.memory.activations, repeat.memory.activations);
+  json nothing_to_repeat = gqa_attention(sdpa_leaf(4));
+  nothing_to_repeat["modules"][3]["repeat_kv"] = true;
+  EXPECT_EQ(input_error(nothing_to_repeat),
+            "model.json: modules[3].repeat_kv: needs kv_heads below heads (both are 4): there is nothing to repeat");
 }
 
 TEST(OpGraph, CrossEntropySavesFloat32LogProbabilities) {
@@ -231,7 +285,9 @@ TEST(OpGraph, CrossEntropyTrafficFollowsTheSoftmaxKernelsPasses) {
     };
     const bool fits = vocab < 12256;
     const std::int64_t cast = n * (2 + 4);
-    EXPECT_EQ(bytes_of("loss.forward"), cast + (fits ? 2 : 4) * n * 4) << vocab;
+    EXPECT_EQ(bytes_of("loss.forward"), (fits ? 2 : 4) * n * 4) << vocab;
+    // logits.float() is PyTorch's unvectorised conversion kernel, priced as its own class.
+    EXPECT_EQ(bytes_of("loss.cast.forward"), cast) << vocab;
     EXPECT_EQ(bytes_of("loss.backward"), n * 4 + (fits ? 3 : 4) * n * 4 + cast) << vocab;
   }
 }
@@ -314,7 +370,9 @@ TEST(OpGraph, SelectiveCheckpointingKeepsAttentionAndEverySecondMatmul) {
     EXPECT_EQ(position(ops, std::string("layers.1.feed_forward.") + kept + ".recompute"), -1) << kept;
   for (const char* recomputed :
        {"layers.0.attention.wk.recompute", "layers.0.attention.wo.recompute", "layers.0.feed_forward.w3.recompute",
-        "layers.0.attention.rope.recompute", "layers.1.ffn_norm.recompute", "layers.1.feed_forward.mul.g.recompute"})
+        "layers.0.attention.rope.recompute", "layers.1.ffn_norm.recompute", "layers.1.feed_forward.mul.g.recompute",
+        // repeat_kv is an op of its own: recomputed although attention's output is kept
+        "layers.0.attention.sdpa.repeat_kv.recompute"})
     EXPECT_GE(position(ops, recomputed), 0) << recomputed;
   EXPECT_GE(position(compute_ops(full), "layers.0.attention.wq.recompute"), 0);
   EXPECT_LT(full.memory.activations, selective.memory.activations);
@@ -349,8 +407,20 @@ TEST(OpGraph, EagerRmsNormCostsItsKernelChain) {
   const PlanResult eager = run_plan(model_from_json(model(false)), kLocal, 0, 1);
   const std::int64_t n = 2 * 8;
   EXPECT_EQ(compute_ops(fused)[0]->bytes_accessed, n * 4);
-  EXPECT_EQ(compute_ops(eager)[0]->bytes_accessed, n * 36);
-  EXPECT_EQ(compute_ops(eager)[3]->bytes_accessed, n * 90);  // norm.backward: 2.5 x forward
+  const auto op = [](const PlanResult& r, const std::string& name) {
+    const auto ops = compute_ops(r);
+    const int at = position(ops, name);
+    EXPECT_GE(at, 0) << name;
+    return at < 0 ? nullptr : ops[at];
+  };
+  // The cast up (x.float() forward, type_as's gradient backward) is its own class; in all, 36
+  // bytes per element forward and 2.5 times that backward.
+  EXPECT_EQ(op(eager, "norm.forward")->bytes_accessed + op(eager, "norm.cast.forward")->bytes_accessed, n * 36);
+  EXPECT_EQ(op(eager, "norm.cast.forward")->bytes_accessed, n * 6);
+  EXPECT_EQ(op(eager, "norm.cast.forward")->op_class, "cast");
+  EXPECT_EQ(op(eager, "norm.backward")->bytes_accessed + op(eager, "norm.cast.backward")->bytes_accessed, n * 90);
+  // Fused backward: the input gradient's kernel and the weight's each read x and dy.
+  EXPECT_EQ(op(fused, "norm.backward")->bytes_accessed, n * 2 * 5);
   // fused: x (n*2) + rstd (2*4) + the norm's output, saved by fc (n*2); eager: the float32 copy
   // (n*4) + the normalised input (n*2) + rstd + fc's input (n*2).
   EXPECT_EQ(fused.memory.activations, n * 2 + 8 + n * 2);

@@ -259,7 +259,7 @@ TEST(PlatformParse, DescriptionFiles) {
             kData +
                 "bad_key.json: nodez: unknown field (expected one of: preset, cost_model, nodes, gpus, nic, fabric, "
                 "oversub, nodes_per_leaf, nvlink_gbps, nic_gbps, nvlink_lat_us, nic_lat_us, switch_lat_us, "
-                "overhead_us, tflops_bf16, tflops_fp16, tflops_fp32, tflops_fp64, hbm_gbps, hbm_gib, model)");
+                "overhead_us, tflops_bf16, tflops_fp16, tflops_fp32, tflops_fp64, hbm_gbps, hbm_gib, power_w, model)");
   EXPECT_EQ(parse_error(kData + "bad_value.yaml"), kData + "bad_value.yaml: oversub: expected a number >= 1, got 0.5");
   EXPECT_EQ(parse_error(kData + "bad_preset.json"),
             kData + "bad_preset.json: preset: unknown platform preset \"tpu-v5\" (known: a100, h100, h200, cpu)");
@@ -344,12 +344,49 @@ TEST(ComputeModel, RooflineBothRegimes) {
   EXPECT_EQ(model.duration(collective, h100), 0);
   // Unknown classes use "other".
   EXPECT_EQ(&model.efficiency("conv3d"), &model.efficiency("other"));
-  for (const char* op_class :
-       {"gemm", "attention", "elementwise", "norm", "embedding", "optimizer", "multi_tensor_copy", "other"}) {
+  for (const char* op_class : {"gemm", "attention", "elementwise", "norm", "embedding", "optimizer",
+                               "multi_tensor_copy", "cast", "strided_copy", "other"}) {
     ASSERT_EQ(model.efficiencies().count(op_class), 1u) << op_class;
     EXPECT_GT(model.efficiency(op_class).flops, 0);
     EXPECT_LE(model.efficiency(op_class).memory, 1);
   }
+}
+
+// power_w: FLOP-bound work slows by the cost model's factor for that limit (h100: 0.809 at 500 W,
+// Meta's figure for its 500 W parts), linear in watts up to the rated 700 W; memory-bound work
+// and the kernel floor keep their rates. No figure is extrapolated.
+TEST(ComputeModel, PowerLimitSlowsFlopBoundWork) {
+  const PlatformSpec rated = parse_platform("h100");
+  const PlatformSpec capped = parse_platform("h100:power_w=500");
+  const PlatformSpec between = parse_platform("h100:power_w=600");
+  const ComputeModel& model = rated.cost.compute;
+  EXPECT_DOUBLE_EQ(model.power().flops_factor(500), 0.809);
+  EXPECT_DOUBLE_EQ(model.power().flops_factor(600), (0.809 + 1) / 2);
+  EXPECT_DOUBLE_EQ(model.power().flops_factor(700), 1);
+  core::ProgramOp gemm = compute_op("gemm", 2.0 * 8192 * 8192 * 8192, 0);
+  gemm.gemms = {{8192, 8192, 8192}};
+  const double at_rated = model.duration(gemm, rated.device);
+  EXPECT_DOUBLE_EQ(model.duration(gemm, capped.device), at_rated / 0.809);
+  EXPECT_DOUBLE_EQ(model.duration(gemm, between.device), at_rated / ((0.809 + 1) / 2));
+  const core::ProgramOp attention = compute_op("attention", 1e14, 1000);
+  EXPECT_DOUBLE_EQ(model.duration(attention, capped.device), model.duration(attention, rated.device) / 0.809);
+  const core::ProgramOp copy = compute_op("elementwise", 1e6, 1000000000);
+  EXPECT_DOUBLE_EQ(model.duration(copy, capped.device), model.duration(copy, rated.device));
+  EXPECT_NE(describe_platform(capped).find("power limit 500 W"), std::string::npos);
+  EXPECT_EQ(parse_error("h100:power_w=450"),
+            "platform option power_w: 450 W is below the lowest limit the cost model has a figure for (500 W)");
+  EXPECT_EQ(parse_error("h100:power_w=800"),
+            "platform option power_w: 800 W is above the rated 700 W of the cost model's device");
+  EXPECT_EQ(parse_error("h100:model=ideal,power_w=500"),
+            "platform option power_w: the cost model \"ideal\" has no figures for a power limit (compute.power)");
+  EXPECT_EQ(parse_error("a100:power_w=300"),
+            "platform option power_w: the cost model \"a100 (published)\" has no figures for a power limit "
+            "(compute.power)");
+}
+
+TEST(ComputeModel, BadPowerFiguresNameTheField) {
+  EXPECT_EQ(overrides_error("bad_power.yaml"),
+            kData + "bad_power.yaml: power.limits[1].watts: expected watts above 500 and below rated_w 700, got 450");
 }
 
 TEST(ComputeModel, OverridesFile) {
@@ -369,11 +406,11 @@ TEST(ComputeModel, BadOverridesNameFileAndField) {
   EXPECT_EQ(overrides_error("bad_compute_class.json"),
             kData +
                 "bad_compute_class.json: op_classes.gemn: unknown field (expected one of: gemm, attention, "
-                "elementwise, norm, embedding, optimizer, multi_tensor_copy, other)");
+                "elementwise, norm, embedding, optimizer, multi_tensor_copy, cast, strided_copy, other)");
   EXPECT_EQ(overrides_error("bad_key.json"),
             kData +
                 "bad_key.json: nodez: unknown field (expected one of: launch_overhead_us, kernel_floor_us, "
-                "op_classes, gemm, source)");
+                "op_classes, gemm, power, source)");
   EXPECT_EQ(overrides_error("nope.json"), kData + "nope.json: cannot open file (No such file or directory)");
   // A failed file leaves the model as it was.
   ComputeModel model = ComputeModel::defaults();

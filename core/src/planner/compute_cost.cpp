@@ -18,6 +18,18 @@ std::vector<GemmShape> linear_backward_gemms(std::int64_t tokens, std::int64_t i
 
 namespace {
 
+// torchtitan's repeat_kv: x[:, :, :, None, :].expand(...).reshape(...) on k and v, a copy of a
+// stride-0 view that PyTorch runs without vectorised loads (class strided_copy). It is its own op:
+// selective checkpointing recomputes it even when attention's output is kept. Backward sums the
+// query heads' gradients back onto each KV head (a reduction). The heads-wide k and v are what the
+// attention kernel saves.
+void repeat_kv_cost(LeafCost& cost, std::int64_t t, std::int64_t kv_width, std::int64_t width, int d) {
+  const std::int64_t both = 2 * (t * kv_width + t * width) * d;  // k and v: read narrow, write wide
+  cost.forward_prologue.push_back({"repeat_kv", "strided_copy", 0, both});
+  cost.backward_extra.push_back({"repeat_kv", "norm", 2.0 * static_cast<double>(t * width), both});
+  cost.saved_bytes += 2 * t * width * d;
+}
+
 // Scaled-dot-product attention over the local heads. Flash (SDPA's fused kernel, the default)
 // never writes the [batch, heads, seq, seq] scores: it reads q, k, v, writes the output and the
 // log-sum-exp, and its backward recomputes the probabilities (5 GEMM-sized products to forward's 2).
@@ -26,15 +38,21 @@ namespace {
 void attention_cost(LeafCost& cost, const Module& m, const Activation& q, std::int64_t kv_local) {
   const std::int64_t width = q.features();
   const bool chain = kv_local <= 0;
-  const std::int64_t kv = chain ? width : kv_local;
   const std::int64_t batch = q.rank() == 3 ? q.shape[0] : 1;
   const std::int64_t seq = q.rank() == 3 ? q.shape[1] : q.tokens();
   const std::int64_t t = q.tokens();
   const int d = dtype_size(q.dtype);
+  // repeat_kv: k and v are copied out to the query heads first, so the kernel reads (and saves)
+  // heads-wide k and v. An exported model says so by its SDPA seeing as many KV heads as query
+  // heads while the k tensor the graph hands it is narrower: the pass-through expand and reshape
+  // between them are repeat_kv.
+  const bool repeat = !chain && kv_local < width && (m.repeat_kv || m.kv_heads == m.heads);
+  const std::int64_t kv = chain || repeat ? width : kv_local;
   const std::int64_t head_dim = std::max<std::int64_t>(1, m.head_dim);
   const std::int64_t heads = std::max<std::int64_t>(1, width / head_dim);
   const std::int64_t lse = batch * heads * seq * 4;
   const std::int64_t qkvo = (2 * t * width + 2 * t * kv) * d;
+  if (repeat) repeat_kv_cost(cost, t, kv_local, width, d);
   if (m.fused) {
     const double fraction = m.causal ? 0.5 : 1.0;
     cost.op_class = "attention";
@@ -43,8 +61,8 @@ void attention_cost(LeafCost& cost, const Module& m, const Activation& q, std::i
     cost.forward_bytes = qkvo + lse;
     cost.backward_bytes = qkvo + t * width * d + lse + (t * width + 2 * t * kv) * d;
     // A chain model has no q, k, v tensors to share: the kernel's saved inputs are its own.
-    cost.saved_bytes = lse + (chain ? qkvo : 0);
-    cost.saves_kv = !chain;
+    cost.saved_bytes += lse + (chain ? qkvo : 0);
+    cost.saves_kv = !chain && !repeat;
     cost.saves_input = cost.saves_output = !chain;
     return;
   }
@@ -63,14 +81,14 @@ void attention_cost(LeafCost& cost, const Module& m, const Activation& q, std::i
   cost.backward_bytes = qkvo + t * width * d + (t * width + 2 * t * kv) * d + 3 * scores * d;
   // Mask add, softmax and dropout each read and write the scores.
   const std::int64_t passes = 2 + (dropout ? 1 : 0);
-  cost.forward_extra = {
-      {"softmax", "elementwise", 6.0 * static_cast<double>(scores), passes * 2 * scores * d + (dropout ? scores : 0)}};
-  cost.backward_extra = {{"softmax", "elementwise", 4.0 * static_cast<double>(scores),
-                          (dropout ? 3 * scores * d + scores : 0) + 3 * scores * d}};
+  cost.forward_extra.push_back(
+      {"softmax", "elementwise", 6.0 * static_cast<double>(scores), passes * 2 * scores * d + (dropout ? scores : 0)});
+  cost.backward_extra.push_back({"softmax", "elementwise", 4.0 * static_cast<double>(scores),
+                                 (dropout ? 3 * scores * d + scores : 0) + 3 * scores * d});
   // softmax keeps the probabilities; with dropout, p v reads the dropped ones (another tensor) and
   // dropout keeps its mask.
-  cost.saved_bytes = scores * d * (dropout ? 2 : 1) + (dropout ? scores : 0);
-  cost.saves_kv = !chain;
+  cost.saved_bytes += scores * d * (dropout ? 2 : 1) + (dropout ? scores : 0);
+  cost.saves_kv = !chain && !repeat;
   cost.saves_input = !chain;
   if (chain) cost.saved_bytes += 3 * t * width * d;
 }
@@ -96,12 +114,15 @@ void cross_entropy_cost(LeafCost& cost, const Activation& logits) {
   const int d = dtype_size(logits.dtype);
   const std::int64_t cast = d == 4 ? 0 : n * (d + 4);
   cost.op_class = "elementwise";
+  // logits.float() runs in PyTorch's unvectorised conversion kernel (class cast: 1.79 TB/s on one
+  // H100, where copies stream at 3.0); the gradient's cast back down is vectorised.
+  if (cast > 0) cost.forward_extra.push_back({"cast", "cast", 0, cast});
   cost.forward_flops = 4.0 * static_cast<double>(n);
   cost.backward_flops = 3.0 * static_cast<double>(n);
   constexpr std::int64_t shared_memory_row = (48 * 1024 - 128) / 4;  // float32 a block holds, less its scratch
   const bool row_fits = logits.features() < shared_memory_row;
   const std::int64_t forward_passes = row_fits ? 2 : 4, backward_passes = row_fits ? 3 : 4;
-  cost.forward_bytes = cast + forward_passes * n * 4;
+  cost.forward_bytes = forward_passes * n * 4;
   cost.backward_bytes = n * 4 + backward_passes * n * 4 + cast;
   cost.saved_bytes = n * 4 + logits.tokens() * 8;  // log-probabilities, labels
   // Forward: the logits, their float32 copy and the log-probabilities being written (saved once
@@ -115,16 +136,22 @@ void cross_entropy_cost(LeafCost& cost, const Activation& logits) {
 // [t, f]: the casts (skipped in float32), pow, mean, the product, the weight multiply; backward is
 // autograd through the same chain, about 2.5 times the traffic. pow and the product save the
 // float32 x (x itself when it is float32), the weight multiply its normalised input: tensors no
-// other op sees, so they are the leaf's own.
+// other op sees, so they are the leaf's own. The cast up (x.float() forward, type_as's gradient
+// backward) is PyTorch's unvectorised conversion kernel, priced apart (class cast).
 void eager_rms_norm_cost(LeafCost& cost, const Activation& in) {
   const std::int64_t n = in.tokens() * in.features();
   const int d = dtype_size(in.dtype);
-  const std::int64_t casts = d == 4 ? 0 : 2 * (d + 4);
+  const std::int64_t cast_up = d == 4 ? 0 : n * (d + 4);
   cost.op_class = "norm";
   cost.forward_flops = 4.0 * static_cast<double>(n);
   cost.backward_flops = 10.0 * static_cast<double>(n);
-  cost.forward_bytes = n * (20 + 2 * d + casts);
-  cost.backward_bytes = cost.forward_bytes * 5 / 2;
+  const std::int64_t forward = n * (20 + 2 * d) + 2 * cast_up;
+  cost.forward_bytes = forward - cast_up;
+  cost.backward_bytes = forward * 5 / 2 - cast_up;
+  if (cast_up > 0) {
+    cost.forward_extra.push_back({"cast", "cast", 0, cast_up});
+    cost.backward_extra.push_back({"cast", "cast", 0, cast_up});
+  }
   cost.saved_bytes = in.tokens() * 4 + n * d + (d == 4 ? 0 : n * 4);
   cost.saves_input = d == 4;
 }
@@ -181,11 +208,19 @@ LeafCost leaf_cost(const Module& m, const Activation& in, std::int64_t in_local,
     }
     case LeafKind::rotary: {
       // torchtitan's apply_rotary_emb: x.float() viewed as complex, times freqs_cis, back to x's
-      // dtype; backward multiplies by the conjugate the same way. Saves nothing (freqs is a buffer).
+      // dtype (type_as); backward runs the same three kernels on the gradient (cast up, times the
+      // conjugate, cast down). Saves nothing (freqs is a buffer). The complex product reads and
+      // writes float32 pairs and the cast down streams (elementwise); the cast up is PyTorch's
+      // unvectorised conversion kernel (class cast). A float32 x needs neither cast.
       const std::int64_t n = t * in.features();
+      const std::int64_t cast = d == 4 ? 0 : n * (d + 4);
       cost.op_class = "elementwise";
       cost.forward_flops = cost.backward_flops = 3.0 * static_cast<double>(n);
-      cost.forward_bytes = cost.backward_bytes = n * (2 * d + 16);
+      cost.forward_bytes = cost.backward_bytes = 8 * n + cast;
+      if (cast > 0) {
+        cost.forward_extra.push_back({"cast", "cast", 0, cast});
+        cost.backward_extra.push_back({"cast", "cast", 0, cast});
+      }
       break;
     }
     case LeafKind::cross_entropy:
@@ -204,17 +239,24 @@ LeafCost leaf_cost(const Module& m, const Activation& in, std::int64_t in_local,
       cost.forward_flops = per * tokens * f;
       cost.backward_flops = 2 * per * tokens * f;
       cost.forward_bytes = 2 * t * f * d;
-      cost.backward_bytes = 3 * t * f * d;
+      // Two backward kernels: the input gradient (reads x and dy, writes dx) and the weight's
+      // (reads x and dy again): 1.9 and 2.5 TB/s on one H100 (benchmarks/accuracy/gpu/measured/).
+      cost.backward_bytes = (m.params.empty() ? 3 : 5) * t * f * d;
       cost.saves_input = true;
       cost.saved_bytes = t * 4 * (m.leaf == LeafKind::layer_norm ? 2 : 1);  // mean / rstd
       break;
     }
     case LeafKind::embedding: {
+      // in_local is the local rows of the table. Dense backward (embedding_dense_backward) zeroes
+      // the whole weight gradient, sorts the token ids, sums each id's gradient rows into float32
+      // partials and scatters them into the rows: 1.4 ms on one H100 for 16,384 tokens of a
+      // 128,256 x 4,096 table, where the forward gather takes 0.1. A sparse gradient is the rows.
       cost.op_class = "embedding";
       cost.forward_flops = 0;
       cost.backward_flops = tokens * out_local;  // scatter-add of the gradient rows
       cost.forward_bytes = t * 8 + 2 * t * out_local * d;
-      cost.backward_bytes = t * 8 + 2 * t * out_local * d;
+      cost.backward_bytes = t * 8 + 2 * t * out_local * (m.sparse ? d : d + 4);
+      if (!m.sparse) cost.backward_extra.push_back({"zero_grad", "elementwise", 0, in_local * out_local * d});
       cost.saved_bytes = t * 8;
       break;
     }

@@ -35,6 +35,9 @@ struct LeafCost {
   std::string op_class;
   std::vector<GemmShape> forward_gemms, backward_gemms;  // ProgramOp::gemms of the two ops
   std::vector<KernelCost> forward_extra, backward_extra;
+  // Separate PyTorch ops that run just before the leaf (repeat_kv before attention): selective
+  // checkpointing recomputes them even when it keeps the leaf's own output.
+  std::vector<KernelCost> forward_prologue;
 };
 
 // A linear layer's GEMMs on `tokens` rows, in_local -> out_local: forward (t, out, in); backward

@@ -350,6 +350,7 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
     last_linear_fraction_ = static_cast<double>(out_local) / static_cast<double>(module.out_features);
     input.shape.back() = in_local;
   } else if (module.leaf == LeafKind::embedding) {
+    in_local = context_.params[module.params[0]].local_shape[0];  // the table's local rows
     out_local = context_.params[module.params[0]].local_shape[1];
     input.requires_grad = false;
   } else if (module.leaf == LeafKind::rms_norm || module.leaf == LeafKind::layer_norm) {
@@ -377,6 +378,7 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
   const std::string& label = context_.label(m);
   // Selective checkpointing keeps this op's output from the first pass: the recomputation reuses it.
   const bool kept = keeps_output(module, mode);
+  emit_kernels(m, phase, cost.forward_prologue);
   if (!(kept && mode == Mode::replay)) {
     const int forward = builder_.compute(fmt::format("{}.{}", label, suffix), m, phase, cost.op_class,
                                          cost.forward_flops, cost.forward_bytes, deps, OpRole::leaf);

@@ -33,7 +33,7 @@ enum class LeafKind {
 
 std::string_view leaf_kind_name(LeafKind kind);
 std::optional<LeafKind> parse_leaf_kind(std::string_view type);  // a leaf module type, aliases included
-std::string leaf_type_list();                                     // "Linear, ReLU, ..." for error messages
+std::string leaf_type_list();                                    // "Linear, ReLU, ..." for error messages
 // The parameter-free activations that act element by element (ReLU, Sigmoid, SiLU, GELU, Tanh,
 // Identity): their output has the input's shape and placement.
 bool is_elementwise(LeafKind kind);
@@ -92,25 +92,30 @@ struct Module {
   bool bias = false;              // Linear
   std::int64_t dim = 0;           // norms; optional feature width for element-wise leaves
   std::int64_t num_embeddings = 0, embedding_dim = 0;
-  bool sparse = false;                                    // Embedding(sparse=True)
-  std::int64_t heads = 0, kv_heads = 0, head_dim = 0;     // attention
-  bool causal = false;                                    // attention
+  bool sparse = false;                                 // Embedding(sparse=True)
+  std::int64_t heads = 0, kv_heads = 0, head_dim = 0;  // attention
+  bool causal = false;                                 // attention
   // attention: one flash kernel (SDPA's default); false materialises the scores. RMSNorm: one
   // kernel; false runs the eager composite (x.float(), pow, mean, rsqrt, mul, cast, * weight).
   bool fused = true;
-  double dropout = 0;            // attention: dropout on the probabilities (unfused only keeps a mask)
+  double dropout = 0;  // attention: dropout on the probabilities (unfused only keeps a mask)
+  // attention: the model copies k and v out to the query heads before SDPA (torchtitan's and
+  // Meta's llama `repeat_kv`), so the kernel reads and saves heads-wide k and v; false: SDPA reads
+  // the KV heads itself (`enable_gqa=True`).
+  bool repeat_kv = false;
   std::int64_t subtree_end = 0;  // one past the last module index of this subtree (pre-order)
-  bool checkpoint = false;  // the model's own forward wraps this module in checkpoint(...)
-  bool functional = false;  // a torch.* call in forward (torch.sigmoid), not a registered submodule; reported, has no parameters
+  bool checkpoint = false;       // the model's own forward wraps this module in checkpoint(...)
+  bool functional =
+      false;  // a torch.* call in forward (torch.sigmoid), not a registered submodule; reported, has no parameters
 };
 
 struct Model {
   std::string name;
-  std::vector<Module> modules;     // pre-order (named_modules() order); modules[0] is the root
-  std::vector<Parameter> params;   // named_parameters() order: pre-order, own parameters first
-  std::int64_t input_features = 0; // width of the model input (last dim)
-  std::int64_t seq_len = 0;        // > 0 for sequence models: input is [batch, seq] (tokens) or [batch, seq, features]
-  bool token_input = false;        // the input is token ids (first leaf is an Embedding)
+  std::vector<Module> modules;      // pre-order (named_modules() order); modules[0] is the root
+  std::vector<Parameter> params;    // named_parameters() order: pre-order, own parameters first
+  std::int64_t input_features = 0;  // width of the model input (last dim)
+  std::int64_t seq_len = 0;         // > 0 for sequence models: input is [batch, seq] (tokens) or [batch, seq, features]
+  bool token_input = false;         // the input is token ids (first leaf is an Embedding)
 
   const Module& root() const { return modules.front(); }
   int find_module(std::string_view fqn) const;  // -1 when absent

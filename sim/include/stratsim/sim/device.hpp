@@ -21,6 +21,9 @@ struct DeviceSpec {
   // elsewhere): from as many as a table's all-cores-busy values were measured with, GEMMs are
   // priced from those (the simulator sets this).
   int ranks_computing = 1;
+  // The board power limit (platform option power_w), watts; 0: the rated one the cost model's
+  // rates were measured at.
+  double power_limit_w = 0;
 
   // Peak for `dtype`; a dtype without its own entry falls back to float32's.
   double peak_for(core::DType dtype) const;
@@ -60,13 +63,26 @@ struct GemmTable {
   }
 };
 
+// How a board power limit below the rated one slows FLOP-bound work: the clock the limit holds
+// under load scales every GEMM, attention kernel and other op's math; memory-bound work draws
+// less power and keeps its rate. A factor per published limit, linear in watts between them and
+// 1 at the rated power.
+struct PowerDerating {
+  double rated_w = 0;                             // 0: the model has no figures
+  std::vector<std::pair<double, double>> limits;  // (watts, FLOP rate factor), ascending, below rated_w
+  bool empty() const { return rated_w <= 0; }
+  double lowest_w() const { return limits.empty() ? rated_w : limits.front().first; }
+  double flops_factor(double watts) const;  // watts in [lowest_w(), rated_w]; 1 when empty
+};
+
 // Roofline per op, with a measured GEMM efficiency where the model has one for the op's shapes:
 //   math   = sum over its GEMMs of 2mnk / (peak(dtype) x gemm_efficiency(m, n, k)) (or / the
 //            table's measured rate),
 //            plus any other FLOPs at peak x e.flops (ops without shapes: all of them);
 //   memory = bytes / (HBM x e.memory);
 //   time   = max(math, memory, kernels x kernel_floor) + launch_overhead,
-// where kernels is the number of GEMMs (at least 1). The preset cost models (cost_model.hpp) fill
+// where kernels is the number of GEMMs (at least 1) and math is divided by the power derating's
+// factor when the device runs below its rated power. The preset cost models (cost_model.hpp) fill
 // it from published figures; a JSON/YAML file overrides members (sim/README.md "Cost model"):
 //   {"launch_overhead_us": 4, "kernel_floor_us": 3, "op_classes": {"gemm": {"flops": 0.75}},
 //    "gemm": {"bfloat16": {"m": [...], "n": [...], "k": [...], "efficiency": [...]}}}
@@ -85,9 +101,11 @@ class ComputeModel {
   const std::map<core::DType, GemmTable>& gemm_tables() const { return gemm_; }
   double launch_overhead() const { return launch_overhead_; }
   double kernel_floor() const { return kernel_floor_; }
+  const PowerDerating& power() const { return power_; }
 
  private:
   std::map<std::string, OpClassEfficiency> efficiency_;
+  PowerDerating power_;
   std::map<core::DType, GemmTable> gemm_;
   double launch_overhead_ = 0;  // seconds per compute op, added (dispatch not hidden by the GPU queue)
   double kernel_floor_ = 0;     // seconds: no kernel finishes faster
