@@ -183,7 +183,8 @@ class ModelParser {
                          "functional", "checkpoint"});
         m.heads = positive(node, "heads");
         m.head_dim = positive(node, "head_dim");
-        m.kv_heads = node.has("kv_heads") ? positive(node, "kv_heads") : m.heads;
+        m.kv_heads_given = node.has("kv_heads");
+        m.kv_heads = m.kv_heads_given ? positive(node, "kv_heads") : m.heads;
         if (m.heads % m.kv_heads != 0)
           node.at("kv_heads").fail(fmt::format("heads {} is not a multiple of kv_heads {}", m.heads, m.kv_heads));
         m.repeat_kv = node.get_bool("repeat_kv", false);

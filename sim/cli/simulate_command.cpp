@@ -111,7 +111,10 @@ int run_simulate(const SimulateArgs& args) {
   options.mode = parse_mode(args.ranks);
   options.fold = !args.no_fold;
   options.stragglers = parse_stragglers(args.stragglers);
-  if (!args.compute_model.empty()) platform.cost.compute.apply_overrides(args.compute_model);
+  if (!args.compute_model.empty()) {
+    platform.cost.compute.apply_overrides(args.compute_model);
+    sim::check_power_limit(platform);  // the new model must have a figure for power_w too
+  }
   options.progress = !args.quiet && (args.progress || ::isatty(STDERR_FILENO));
   core::PlanOptions plan_options;
   plan_options.iterations = args.iterations;

@@ -294,8 +294,8 @@ std::string trim(const std::string& s) {
 }
 
 // power_w needs the cost model's figures for that limit: none are extrapolated.
-void check_power_limit(const PlatformSpec& spec,
-                       const std::function<void(const std::string&, const std::string&)>& fail) {
+void check_power_limit_with(const PlatformSpec& spec,
+                            const std::function<void(const std::string&, const std::string&)>& fail) {
   const double watts = spec.device.power_limit_w;
   if (watts <= 0) return;
   const PowerDerating& power = spec.cost.compute.power();
@@ -316,7 +316,7 @@ void finish(PlatformSpec& spec, const std::function<void(const std::string&, con
     spec.nodes = 1;
     return;
   }
-  check_power_limit(spec, fail);
+  check_power_limit_with(spec, fail);
   const long long devices = static_cast<long long>(spec.nodes) * spec.gpus_per_node;
   if (devices > kMaxDevices)
     fail("nodes", fmt::format("{} nodes x {} GPUs = {} devices; at most {} are supported", spec.nodes,
@@ -472,6 +472,8 @@ PlatformSpec parse_platform(const std::string& text) {
     return parse_description_file(trimmed);
   return parse_preset_text(trimmed);
 }
+
+void check_power_limit(const PlatformSpec& spec) { check_power_limit_with(spec, option_error); }
 
 PlatformSpec platform_from_document(const nlohmann::json& document, const std::string& origin) {
   return parse_description(document, origin);

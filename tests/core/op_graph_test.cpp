@@ -249,6 +249,10 @@ TEST(OpGraph, RepeatKvCopiesKeysAndValuesToTheQueryHeads) {
   EXPECT_EQ(native.memory.activations, (t * 32 + t * 32 + 2 * t * 16 + t * 32) * 4 + lse);
   EXPECT_EQ(repeat.memory.activations, (t * 32 + t * 32 + 2 * t * 32 + t * 32) * 4 + lse);
   EXPECT_EQ(exported.memory.activations, repeat.memory.activations);
+  // Without kv_heads nothing says SDPA saw repeated heads: a narrower k is read as it is.
+  json unnamed = sdpa_leaf(4);
+  unnamed.erase("kv_heads");
+  EXPECT_EQ(sdpa_bytes(run_plan(model_from_json(gqa_attention(unnamed)), kLocal, 0, 1)), sdpa_bytes(native));
   json nothing_to_repeat = gqa_attention(sdpa_leaf(4));
   nothing_to_repeat["modules"][3]["repeat_kv"] = true;
   EXPECT_EQ(input_error(nothing_to_repeat),

@@ -45,15 +45,16 @@ void attention_cost(LeafCost& cost, const Module& m, const Activation& q, std::i
   // repeat_kv: k and v are copied out to the query heads first, so the kernel reads (and saves)
   // heads-wide k and v. An exported model says so by its SDPA seeing as many KV heads as query
   // heads while the k tensor the graph hands it is narrower: the pass-through expand and reshape
-  // between them are repeat_kv.
-  const bool repeat = !chain && kv_local < width && (m.repeat_kv || m.kv_heads == m.heads);
+  // between them are repeat_kv. (Without kv_heads, a narrower k is SDPA reading the KV heads.)
+  const bool repeat = !chain && kv_local < width && (m.repeat_kv || (m.kv_heads_given && m.kv_heads == m.heads));
   const std::int64_t kv = chain || repeat ? width : kv_local;
   const std::int64_t head_dim = std::max<std::int64_t>(1, m.head_dim);
   const std::int64_t heads = std::max<std::int64_t>(1, width / head_dim);
   const std::int64_t lse = batch * heads * seq * 4;
   const std::int64_t qkvo = (2 * t * width + 2 * t * kv) * d;
-  if (repeat) repeat_kv_cost(cost, t, kv_local, width, d);
+  // repeat_kv's backward sum runs after the kernel's backward (and the softmax's).
   if (m.fused) {
+    if (repeat) repeat_kv_cost(cost, t, kv_local, width, d);
     const double fraction = m.causal ? 0.5 : 1.0;
     cost.op_class = "attention";
     cost.forward_flops = 4.0 * batch * seq * seq * width * fraction;
@@ -91,6 +92,7 @@ void attention_cost(LeafCost& cost, const Module& m, const Activation& q, std::i
   cost.saves_kv = !chain && !repeat;
   cost.saves_input = !chain;
   if (chain) cost.saved_bytes += 3 * t * width * d;
+  if (repeat) repeat_kv_cost(cost, t, kv_local, width, d);
 }
 
 // F.cross_entropy(logits.float(), labels) as torchtitan calls it: the cast to float32, log_softmax,

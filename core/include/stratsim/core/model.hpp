@@ -103,6 +103,7 @@ struct Module {
   // Meta's llama `repeat_kv`), so the kernel reads and saves heads-wide k and v; false: SDPA reads
   // the KV heads itself (`enable_gqa=True`).
   bool repeat_kv = false;
+  bool kv_heads_given = false;   // attention: the file named kv_heads (an exported model's SDPA view)
   std::int64_t subtree_end = 0;  // one past the last module index of this subtree (pre-order)
   bool checkpoint = false;       // the model's own forward wraps this module in checkpoint(...)
   bool functional =

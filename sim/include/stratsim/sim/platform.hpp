@@ -62,6 +62,10 @@ struct PlatformSpec {
 // description (the same keys, plus `cost_model:` a file or an inline cost model applied over the
 // preset's). Throws InputError.
 PlatformSpec parse_platform(const std::string& text);
+
+// power_w against the platform's cost model as it stands (parse_platform checks it; call again
+// after replacing the compute model): throws InputError when the model has no figure for it.
+void check_power_limit(const PlatformSpec& spec);
 // A platform description already parsed (JSON or YAML); `origin` names it in errors and anchors a
 // relative `cost_model:` file. Throws InputError.
 PlatformSpec platform_from_document(const nlohmann::json& document, const std::string& origin);
