@@ -70,6 +70,14 @@ class WhatIfTest : public QObject {
     return w;
   }
 
+  // The seed DDP plan on `platform`, every other input at its default.
+  static WhatIfInputs ddp_on(const QString& platform) {
+    WhatIfInputs inputs;
+    inputs.plan = core::plan_document("builtin:ddp");
+    inputs.platform = platform;
+    return inputs;
+  }
+
  private slots:
   void initTestCase() {
     QVERIFY(dir_.isValid());
@@ -174,10 +182,7 @@ class WhatIfTest : public QObject {
 
   void aPlanTheSimulatorRefusesSaysSoInTheCliWords() {
     auto w = window();
-    WhatIfInputs inputs;
-    inputs.plan = core::plan_document("builtin:ddp");
-    inputs.platform = "nosuch";
-    w->startJob(StratsimJob::Kind::simulate, inputs);
+    w->startJob(StratsimJob::Kind::simulate, ddp_on("nosuch"));
     w->waitForJob();
     QCOMPARE(w->tabs()->count(), 0);
     QCOMPARE(w->lastError(), QStringLiteral("unknown platform preset \"nosuch\" (known: a100, h100, h200, cpu)"));
@@ -185,10 +190,7 @@ class WhatIfTest : public QObject {
 
   void runOnThisMachineOpensTheMeasuredRunBesideTheSimulation() {
     auto w = window();
-    WhatIfInputs inputs;
-    inputs.plan = core::plan_document("builtin:ddp");
-    inputs.platform = "cpu:procs=2";
-    w->startJob(StratsimJob::Kind::simulate, inputs);
+    w->startJob(StratsimJob::Kind::simulate, ddp_on("cpu:procs=2"));
     w->waitForJob();
     auto* simulated = qobject_cast<DocumentView*>(w->tabs()->widget(0));
     QVERIFY(simulated && simulated->planPanel());
@@ -209,8 +211,7 @@ class WhatIfTest : public QObject {
 
   void cancelStopsTheChildAndEveryProcessItStarted() {
     auto w = window();
-    WhatIfInputs inputs;
-    inputs.plan = core::plan_document("builtin:ddp");
+    WhatIfInputs inputs = ddp_on(WhatIfInputs{}.platform);
     inputs.model = "zoo:Net";  // 4 x Linear(2000, 2000): a real run long enough to cancel
     inputs.iterations = 1000;
     w->startJob(StratsimJob::Kind::run, inputs);

@@ -18,6 +18,10 @@ std::vector<GemmShape> linear_backward_gemms(std::int64_t tokens, std::int64_t i
 
 namespace {
 
+// x.float() on n elements of d bytes: PyTorch's unvectorised conversion kernel (class cast) reads
+// d and writes 4 bytes each; a float32 x is returned as it is.
+std::int64_t upcast_bytes(std::int64_t n, int d) { return d == 4 ? 0 : n * (d + 4); }
+
 // torchtitan's repeat_kv: x[:, :, :, None, :].expand(...).reshape(...) on k and v, a copy of a
 // stride-0 view that PyTorch runs without vectorised loads (class strided_copy). It is its own op:
 // selective checkpointing recomputes it even when attention's output is kept. Backward sums the
@@ -114,7 +118,7 @@ void attention_cost(LeafCost& cost, const Module& m, const Activation& q, std::i
 void cross_entropy_cost(LeafCost& cost, const Activation& logits) {
   const std::int64_t n = logits.tokens() * logits.features();
   const int d = dtype_size(logits.dtype);
-  const std::int64_t cast = d == 4 ? 0 : n * (d + 4);
+  const std::int64_t cast = upcast_bytes(n, d);
   cost.op_class = "elementwise";
   // logits.float() runs in PyTorch's unvectorised conversion kernel (class cast: 1.79 TB/s on one
   // H100, where copies stream at 3.0); the gradient's cast back down is vectorised.
@@ -143,7 +147,7 @@ void cross_entropy_cost(LeafCost& cost, const Activation& logits) {
 void eager_rms_norm_cost(LeafCost& cost, const Activation& in) {
   const std::int64_t n = in.tokens() * in.features();
   const int d = dtype_size(in.dtype);
-  const std::int64_t cast_up = d == 4 ? 0 : n * (d + 4);
+  const std::int64_t cast_up = upcast_bytes(n, d);
   cost.op_class = "norm";
   cost.forward_flops = 4.0 * static_cast<double>(n);
   cost.backward_flops = 10.0 * static_cast<double>(n);
@@ -215,7 +219,7 @@ LeafCost leaf_cost(const Module& m, const Activation& in, std::int64_t in_local,
       // writes float32 pairs and the cast down streams (elementwise); the cast up is PyTorch's
       // unvectorised conversion kernel (class cast). A float32 x needs neither cast.
       const std::int64_t n = t * in.features();
-      const std::int64_t cast = d == 4 ? 0 : n * (d + 4);
+      const std::int64_t cast = upcast_bytes(n, d);
       cost.op_class = "elementwise";
       cost.forward_flops = cost.backward_flops = 3.0 * static_cast<double>(n);
       cost.forward_bytes = cost.backward_bytes = 8 * n + cast;
