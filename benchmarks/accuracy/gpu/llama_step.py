@@ -68,6 +68,7 @@ a dependency of stratsim and nothing in the build or tests imports this file.
 import argparse
 import contextlib
 import gc
+import gzip
 import inspect
 import json
 import math
@@ -756,6 +757,10 @@ def parse_args(argv=None):
                    help="checkpoint early_stop=True (torchtitan's default is False)")
     p.add_argument("--debug-ac", action="store_true",
                    help="print every selective-AC mm decision of the first warmup step")
+    p.add_argument("--memory-trace",
+                   help="record the caching allocator's every event from before the model is built "
+                        "to the end of the run (torch.cuda.memory._record_memory_history, no stacks) "
+                        "and write them here, gzipped JSON (see write_memory_trace)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the JSON here")
     a = p.parse_args(argv)
@@ -793,6 +798,16 @@ def main(argv=None):
     if on_cuda:
         torch.cuda.manual_seed(a.seed)
 
+    marks = []  # (phase, host time in us) for --memory-trace: allocations happen at launch, on the host
+
+    def mark(name: str):
+        if a.memory_trace:
+            marks.append([name, time.time_ns() // 1000])
+
+    if a.memory_trace and on_cuda:
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                                 max_entries=4_000_000)
+    mark("build")
     # As torchtitan: build on the meta device, count, apply AC, shard, then materialize on the
     # device and initialize (so the full fp32 model never sits on the host).
     with torch.device("meta"):
@@ -825,21 +840,28 @@ def main(argv=None):
     def train_step() -> tuple[float, torch.Tensor, torch.Tensor]:
         t0 = time.perf_counter()
         # The ranges name each phase in a profile (kernel_scopes); they cost nothing otherwise.
+        mark("zero_grad")
         with record_function("step::zero_grad"):
             optimizer.zero_grad()
+        mark("forward")
         with record_function("step::forward"):
             pred = model(inputs)
+        mark("loss")
         with record_function("step::loss"):
             loss = cross_entropy_loss(pred, labels)
         # torchtitan frees the logits before backward to lower the peak.
         del pred
+        mark("backward")
         with record_function("step::backward"):
             loss.backward()
+        mark("clip_grad_norm")
         with record_function("step::clip_grad_norm"):
             grad_norm = clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+        mark("optimizer")
         with record_function("step::optimizer"):
             optimizer.step()
         sync()
+        mark("end")
         return time.perf_counter() - t0, loss.detach(), grad_norm.detach()
 
     # torchtitan disables automatic GC during training and collects every 50 steps.
@@ -942,6 +964,8 @@ def main(argv=None):
             func_name(op) for op in selective_save_list(a.sdpa))
 
     print_summary(result)
+    if a.memory_trace and on_cuda:
+        write_memory_trace(a.memory_trace, result, marks, device)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(result, f, indent=1)
@@ -950,6 +974,31 @@ def main(argv=None):
     dist.destroy_process_group()
     if a.ac == "selective_op" and not result["ac_policy"]["mm_alternation_ok"]:
         raise SystemExit("selective_op: the mm save/recompute alternation check failed")
+
+
+def write_memory_trace(path: str, result: dict, marks: list, device: torch.device):
+    """The caching allocator's history as a replay needs it, gzipped JSON:
+    "trace": [action, address, size, stream, time_us] in order, for every alloc, free_requested,
+    free_completed, segment_alloc and segment_free (also segment_map/unmap under expandable
+    segments) since before the model was built; "marks": [phase, host time_us] at each step
+    phase's start (build, zero_grad, forward, loss, backward, clip_grad_norm, optimizer, end);
+    "segments": the segments held at the end, each with its blocks (size, requested_size, state);
+    "stats": torch.cuda.memory_stats() at the end (reserved_bytes.all.peak and the rest);
+    "allocator_settings" as the snapshot reports them; "config" and "env" as the run's JSON."""
+    snapshot = torch.cuda.memory._snapshot(device)
+    torch.cuda.memory._record_memory_history(enabled=None)
+    trace = [[e["action"], e["addr"], e["size"], e["stream"], e.get("time_us", 0)]
+             for e in snapshot["device_traces"][device.index or 0]]
+    segments = [{"address": s["address"], "total_size": s["total_size"], "stream": s["stream"],
+                 "segment_type": s["segment_type"],
+                 "blocks": [[b["size"], b.get("requested_size", b["size"]), b["state"]] for b in s["blocks"]]}
+                for s in snapshot["segments"]]
+    out = {"config": result["config"], "env": result["env"], "marks": marks, "trace": trace,
+           "segments": segments, "stats": dict(torch.cuda.memory_stats(device)),
+           "allocator_settings": snapshot.get("allocator_settings")}
+    with gzip.open(path, "wt") as f:
+        json.dump(out, f)
+    print(f"wrote {path}: {len(trace)} allocator events, {len(segments)} segments at the end")
 
 
 def print_summary(r: dict):
