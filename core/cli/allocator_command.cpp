@@ -5,7 +5,6 @@
 // the other setting (stratsim/core/caching_allocator.hpp).
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 #include <memory>
 #include <string>
 
@@ -15,7 +14,6 @@
 #include "stratsim/cli/command.hpp"
 #include "stratsim/core/caching_allocator.hpp"
 #include "stratsim/core/errors.hpp"
-#include "stratsim/core/profiler_trace.hpp"
 
 namespace stratsim::cli {
 namespace {
@@ -26,42 +24,12 @@ struct AllocatorArgs {
   std::string output;
 };
 
-// What the recording says about itself: its allocator setting and PyTorch's own peaks, when there.
-struct Recorded {
-  bool expandable = false;
-  bool has_stats = false;
-  std::int64_t allocated_peak = 0, reserved_peak = 0;
-};
-
-Recorded read_recorded(const std::string& path) {
-  const nlohmann::json document = nlohmann::json::parse(core::read_maybe_gzipped_file(path), nullptr, false);
-  Recorded recorded;
-  if (!document.is_object()) return recorded;  // read_allocator_trace has said what is wrong
-  const auto settings = document.find("allocator_settings");
-  if (settings != document.end() && settings->is_object()) {
-    const auto flag = settings->find("expandable_segments");
-    if (flag != settings->end() && flag->is_boolean()) recorded.expandable = flag->get<bool>();
-  }
-  const auto stats = document.find("stats");
-  if (stats != document.end() && stats->is_object()) {
-    const auto allocated = stats->find("allocated_bytes.all.peak");
-    const auto reserved = stats->find("reserved_bytes.all.peak");
-    if (allocated != stats->end() && reserved != stats->end() && allocated->is_number_integer() &&
-        reserved->is_number_integer()) {
-      recorded.has_stats = true;
-      recorded.allocated_peak = allocated->get<std::int64_t>();
-      recorded.reserved_peak = reserved->get<std::int64_t>();
-    }
-  }
-  return recorded;
-}
-
 double gib(std::int64_t bytes) { return static_cast<double>(bytes) / 1073741824.0; }
 
-std::string text_report(const std::string& path, std::size_t allocations, const Recorded& recorded,
+std::string text_report(const std::string& path, std::size_t allocations, const core::AllocatorHistory& recorded,
                         const core::AllocatorStats& standard, const core::AllocatorStats& expandable) {
   std::string out = fmt::format("allocator history: {} ({} allocations, recorded with expandable_segments {})\n\n",
-                                path, allocations, recorded.expandable ? "on" : "off");
+                                path, allocations, recorded.recorded_expandable ? "on" : "off");
   out += fmt::format("  {:<22} {:>15} {:>15} {:>10} {:>10}\n", "", "allocated peak", "reserved peak", "reserved/",
                      "segments");
   out += fmt::format("  {:<22} {:>15} {:>15} {:>10}\n", "", "", "", "allocated");
@@ -73,7 +41,8 @@ std::string text_report(const std::string& path, std::size_t allocations, const 
     line.erase(line.find_last_not_of(' ') + 1);
     out += line + "\n";
   };
-  if (recorded.has_stats) row("recorded (PyTorch)", recorded.allocated_peak, recorded.reserved_peak, "");
+  if (recorded.recorded_allocated_peak && recorded.recorded_reserved_peak)
+    row("recorded (PyTorch)", *recorded.recorded_allocated_peak, *recorded.recorded_reserved_peak, "");
   row("default segments", standard.peak_allocated, standard.peak_reserved, std::to_string(standard.segments));
   row("expandable segments", expandable.peak_allocated, expandable.peak_reserved,
       std::to_string(expandable.segments) + " maps");
@@ -92,36 +61,33 @@ nlohmann::json stats_json(const core::AllocatorStats& stats) {
 }
 
 int run_allocator(const AllocatorArgs& args) {
-  const std::vector<core::AllocatorEvent> events = core::read_allocator_trace(args.history);
-  const Recorded recorded = read_recorded(args.history);
+  const core::AllocatorHistory history = core::read_allocator_trace(args.history);
   // The setting the history was recorded under keeps the driver's addresses (ties between
   // equal-sized free blocks fall as they fell); the other has no addresses to keep.
-  std::vector<core::AllocatorEvent> without_addresses = events;
-  std::erase_if(without_addresses,
-                [](const core::AllocatorEvent& e) { return e.action == core::AllocatorEvent::Action::segment; });
   const auto replay = [&](bool expandable) {
-    return core::replay_allocator_trace(expandable == recorded.expandable ? events : without_addresses,
-                                        {.expandable_segments = expandable});
+    return core::replay_allocator_trace(history.events, {.expandable_segments = expandable},
+                                        expandable == history.recorded_expandable);
   };
   const core::AllocatorStats standard = replay(false), expandable = replay(true);
-  const auto allocations = static_cast<std::size_t>(std::count_if(
-      events.begin(), events.end(), [](const auto& e) { return e.action == core::AllocatorEvent::Action::alloc; }));
+  const auto allocations =
+      static_cast<std::size_t>(std::count_if(history.events.begin(), history.events.end(), [](const auto& e) {
+        return e.action == core::AllocatorEvent::Action::alloc;
+      }));
   std::string report;
   if (args.json) {
     nlohmann::json out = {{"history", args.history},
                           {"allocations", allocations},
-                          {"recorded_expandable_segments", recorded.expandable},
+                          {"recorded_expandable_segments", history.recorded_expandable},
                           {"default_segments", stats_json(standard)},
                           {"expandable_segments", stats_json(expandable)}};
-    if (recorded.has_stats)
-      out["recorded"] = {{"allocated_peak_bytes", recorded.allocated_peak},
-                         {"reserved_peak_bytes", recorded.reserved_peak}};
+    if (history.recorded_allocated_peak && history.recorded_reserved_peak)
+      out["recorded"] = {{"allocated_peak_bytes", *history.recorded_allocated_peak},
+                         {"reserved_peak_bytes", *history.recorded_reserved_peak}};
     report = out.dump(2) + "\n";
   } else {
-    report = text_report(args.history, allocations, recorded, standard, expandable);
+    report = text_report(args.history, allocations, history, standard, expandable);
   }
-  if (!args.output.empty()) write_atomically(args.output, report);
-  else std::cout << report;
+  write_or_print(args.output, report);
   return 0;
 }
 

@@ -6,7 +6,6 @@
 //   traces (one file per rank, or a folder of them), matched by rank, process group, kind,
 //   sequence and bytes (stratsim/core/op_matching.hpp).
 // The computations are core's; this file is its command line.
-#include <iostream>
 #include <memory>
 #include <string>
 #include <variant>
@@ -90,8 +89,7 @@ int run_compare(const CompareArgs& args) {
   } else {
     report = compare_ops(predicted, measured, args);
   }
-  if (!args.output.empty()) write_atomically(args.output, report);
-  else std::cout << report;
+  write_or_print(args.output, report);
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -189,5 +190,10 @@ void write_all_or_nothing(const std::vector<std::pair<std::string, std::string>>
 }
 
 void write_atomically(const std::string& path, const std::string& text) { write_all_or_nothing({{path, text}}); }
+
+void write_or_print(const std::string& path, const std::string& text) {
+  if (path.empty()) std::cout << text;
+  else write_atomically(path, text);
+}
 
 }  // namespace stratsim::cli

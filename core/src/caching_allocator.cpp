@@ -58,8 +58,16 @@ int CachingAllocator::find_free(bool small, std::int64_t stream, std::int64_t si
   return std::get<4>(*it);
 }
 
-bool CachingAllocator::is_tail(int piece) const {
-  return std::any_of(tails_.begin(), tails_.end(), [&](const auto& t) { return std::get<2>(t) == piece; });
+// In an expandable segment (one per pool and stream), the piece at the end is the one with no
+// neighbour after it; merged-away pieces are empty.
+bool CachingAllocator::is_tail(int piece) const { return pieces_[static_cast<std::size_t>(piece)].next < 0; }
+
+int CachingAllocator::tail_of(bool small, std::int64_t stream) const {
+  for (std::size_t i = 0; i < pieces_.size(); ++i) {
+    const Piece& p = pieces_[i];
+    if (p.size > 0 && p.small == small && p.stream == stream && p.next < 0) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 void CachingAllocator::count_reserved(std::int64_t bytes) {
@@ -82,12 +90,11 @@ int CachingAllocator::new_segment(bool small, std::int64_t stream, std::int64_t 
 }
 
 // Expandable segments: the pool's one segment for this stream maps pages at its end until the
-// free block there (or a new one) holds the request.
+// free block there (or a new one) holds the request. (A search of every piece; segments grow a
+// hundred times in a step, pieces split thousands.)
 int CachingAllocator::grow_expandable(bool small, std::int64_t stream, std::int64_t size) {
   const std::int64_t page = small ? kSmallBuffer : kLargeBuffer;
-  auto tail = std::find_if(tails_.begin(), tails_.end(),
-                           [&](const auto& t) { return std::get<0>(t) == small && std::get<1>(t) == stream; });
-  int end = tail == tails_.end() ? -1 : std::get<2>(*tail);
+  const int end = tail_of(small, stream);
   if (end >= 0 && pieces_[static_cast<std::size_t>(end)].free) {
     Piece& last = pieces_[static_cast<std::size_t>(end)];
     const std::int64_t mapped = round_up(size - last.size, page);
@@ -104,14 +111,13 @@ int CachingAllocator::grow_expandable(bool small, std::int64_t stream, std::int6
   if (end >= 0) {
     const Piece& last = pieces_[static_cast<std::size_t>(end)];
     grown.address = last.address + static_cast<std::uint64_t>(last.size);
-  } else {
-    grown.address = kSegmentSpacing * (1 + tails_.size());
+  } else {  // a new segment: its own reserved address range
+    grown.address = next_address_;
+    next_address_ += kSegmentSpacing;
   }
   pieces_.push_back(grown);
   const int piece = static_cast<int>(pieces_.size()) - 1;
   if (end >= 0) pieces_[static_cast<std::size_t>(end)].next = piece;
-  if (tail == tails_.end()) tails_.emplace_back(small, stream, piece);
-  else std::get<2>(*tail) = piece;
   count_reserved(grown.size);
   return piece;
 }
@@ -129,8 +135,6 @@ void CachingAllocator::split(int piece, std::int64_t size) {
   kept.size = size;
   kept.next = index;
   if (rest.next >= 0) pieces_[static_cast<std::size_t>(rest.next)].prev = index;
-  for (auto& t : tails_)
-    if (std::get<2>(t) == piece) std::get<2>(t) = index;
   free_.insert(key(index));
 }
 
@@ -165,8 +169,6 @@ void CachingAllocator::merge_into(int piece, int neighbour) {
   } else {  // after
     p.next = n.next;
     if (n.next >= 0) pieces_[static_cast<std::size_t>(n.next)].prev = piece;
-    for (auto& t : tails_)
-      if (std::get<2>(t) == neighbour) std::get<2>(t) = piece;
   }
   p.size += n.size;
   n.size = 0;
@@ -184,12 +186,10 @@ void CachingAllocator::release(Block block) {
   free_.insert(key(block));
 }
 
-std::vector<AllocatorEvent> read_allocator_trace(const std::string& path) {
-  const nlohmann::json document = nlohmann::json::parse(read_maybe_gzipped_file(path), nullptr, false);
-  if (document.is_discarded() || !document.is_object() || !document.contains("trace") || !document["trace"].is_array())
-    throw InputError(fmt::format("{}: expected an allocator history with a \"trace\" array", path));
+namespace {
+
+std::vector<AllocatorEvent> read_events(const nlohmann::json& trace, const std::string& path) {
   std::vector<AllocatorEvent> events;
-  const auto& trace = document["trace"];
   for (std::size_t i = 0; i < trace.size(); ++i) {
     const auto& entry = trace[i];
     if (!entry.is_array() || entry.size() < 4 || !entry[0].is_string() || !entry[1].is_number_unsigned() ||
@@ -210,14 +210,42 @@ std::vector<AllocatorEvent> read_allocator_trace(const std::string& path) {
   return events;
 }
 
-AllocatorStats replay_allocator_trace(const std::vector<AllocatorEvent>& events, AllocatorConfig config) {
+std::optional<std::int64_t> stat(const nlohmann::json& stats, const char* name) {
+  const auto it = stats.find(name);
+  if (it == stats.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<std::int64_t>();
+}
+
+}  // namespace
+
+AllocatorHistory read_allocator_trace(const std::string& path) {
+  const nlohmann::json document = nlohmann::json::parse(read_maybe_gzipped_file(path), nullptr, false);
+  if (document.is_discarded() || !document.is_object() || !document.contains("trace") || !document["trace"].is_array())
+    throw InputError(fmt::format("{}: expected an allocator history with a \"trace\" array", path));
+  AllocatorHistory history;
+  history.events = read_events(document["trace"], path);
+  const auto settings = document.find("allocator_settings");
+  if (settings != document.end() && settings->is_object()) {
+    const auto flag = settings->find("expandable_segments");
+    history.recorded_expandable = flag != settings->end() && flag->is_boolean() && flag->get<bool>();
+  }
+  const auto stats = document.find("stats");
+  if (stats != document.end() && stats->is_object()) {
+    history.recorded_allocated_peak = stat(*stats, "allocated_bytes.all.peak");
+    history.recorded_reserved_peak = stat(*stats, "reserved_bytes.all.peak");
+  }
+  return history;
+}
+
+AllocatorStats replay_allocator_trace(const std::vector<AllocatorEvent>& events, AllocatorConfig config,
+                                      bool at_recorded_addresses) {
   CachingAllocator allocator(config);
   std::map<std::uint64_t, CachingAllocator::Block> live;
   std::optional<std::uint64_t> segment_address;
   for (const AllocatorEvent& event : events) {
     switch (event.action) {
       case AllocatorEvent::Action::segment:
-        segment_address = event.address;  // recorded before the alloc it serves
+        if (at_recorded_addresses) segment_address = event.address;  // recorded before the alloc it serves
         break;
       case AllocatorEvent::Action::alloc:
         live[event.address] = allocator.allocate(event.size, event.stream, std::exchange(segment_address, {}));

@@ -79,6 +79,7 @@ class CachingAllocator {
   PoolKey key(int piece) const;
   int find_free(bool small, std::int64_t stream, std::int64_t size) const;
   bool is_tail(int piece) const;
+  int tail_of(bool small, std::int64_t stream) const;
   int new_segment(bool small, std::int64_t stream, std::int64_t size, std::optional<std::uint64_t> address);
   int grow_expandable(bool small, std::int64_t stream, std::int64_t size);
   void split(int piece, std::int64_t size);
@@ -89,13 +90,11 @@ class CachingAllocator {
   AllocatorStats stats_;
   std::vector<Piece> pieces_;
   std::set<PoolKey> free_;
-  std::uint64_t next_address_ = std::uint64_t{1} << 40;
-  // Expandable segments: the last piece of each (small, stream) segment, which grows.
-  std::vector<std::tuple<bool, std::int64_t, int>> tails_;
+  std::uint64_t next_address_ = std::uint64_t{1} << 40;  // where the next segment starts, unless given
 };
 
-// A recorded history of the allocator: `llama_step.py --memory-trace`'s file (gzipped JSON with
-// "trace": [[action, address, size, stream, time_us], ...]).
+// A recorded history of the allocator: `llama_step.py --memory-trace`'s or `tools/allocator-history`'s
+// file (JSON, gzipped or not, with "trace": [[action, address, size, stream, time_us], ...]).
 struct AllocatorEvent {
   enum class Action { alloc, free, segment };  // free: free_completed; segment: segment_alloc or segment_map
   Action action = Action::alloc;
@@ -103,10 +102,18 @@ struct AllocatorEvent {
   std::int64_t size = 0;
   std::int64_t stream = 0;
 };
-std::vector<AllocatorEvent> read_allocator_trace(const std::string& path);
+struct AllocatorHistory {
+  std::vector<AllocatorEvent> events;
+  // What the file says of the run, where it says it: "allocator_settings" and PyTorch's "stats".
+  bool recorded_expandable = false;
+  std::optional<std::int64_t> recorded_allocated_peak, recorded_reserved_peak;
+};
+AllocatorHistory read_allocator_trace(const std::string& path);
 
 // Replays a history through the model: every alloc and free in order, each new segment at the
-// address the history gives. Throws InputError on a free of an address not allocated.
-AllocatorStats replay_allocator_trace(const std::vector<AllocatorEvent>& events, AllocatorConfig config);
+// address the history gives (or, without `at_recorded_addresses`, above the last, as a prediction
+// places them). Throws InputError on a free of an address not allocated.
+AllocatorStats replay_allocator_trace(const std::vector<AllocatorEvent>& events, AllocatorConfig config,
+                                      bool at_recorded_addresses = true);
 
 }  // namespace stratsim::core

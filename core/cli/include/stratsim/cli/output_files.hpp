@@ -32,5 +32,7 @@ void check_writable(const std::vector<std::string>& paths);
 void write_all_or_nothing(const std::vector<std::pair<std::string, std::string>>& files);
 // The same for one file.
 void write_atomically(const std::string& path, const std::string& text);
+// A command's one report: to `path` as write_atomically does, or to standard output when empty.
+void write_or_print(const std::string& path, const std::string& text);
 
 }  // namespace stratsim::cli
