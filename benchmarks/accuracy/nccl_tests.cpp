@@ -36,7 +36,8 @@ struct Dataset {
   std::vector<Row> rows;
 };
 
-// One collective over all 8 GPUs of the node, as all_reduce_perf -g 8 (or 8 ranks) runs it.
+// One collective over every GPU of the platform, as all_reduce_perf -g 8 (or 8 ranks) runs it on one
+// node, or mpirun -np 16 -npernode 8 on two.
 core::Program one_collective(core::CollectiveKind kind, double bytes, int gpus) {
   core::Program program;
   program.mesh = core::DeviceMesh({gpus}, {"world"});
@@ -104,7 +105,7 @@ int run(const std::string& path) {
   std::printf("|---|---|---:|---|---:|---:|---:|\n");
   for (const Dataset& dataset : read_datasets(root)) {
     const sim::PlatformSpec platform = sim::parse_platform(dataset.platform);
-    const int gpus = platform.gpus_per_node;
+    const int gpus = platform.device_count();  // every GPU of the platform: one node, or all of them
     for (const Row& row : dataset.rows) {
       const sim::SimResult result = sim::simulate(one_collective(dataset.kind, row.bytes, gpus), platform);
       const core::CollectiveRun& run = result.collectives.front();

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -27,6 +28,7 @@
 #include "stratsim/cli/command.hpp"
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/json_reader.hpp"
+#include "stratsim/core/nccl_tests.hpp"
 #include "stratsim/exec/backend.hpp"
 #include "stratsim/exec/calibration.hpp"
 #include "stratsim/exec/executor.hpp"
@@ -52,6 +54,7 @@ struct CalibrateArgs {
   int repeats = 5;
   std::vector<std::int64_t> gemm_axis;
   double interference_flops = 1e9;
+  std::vector<std::string> nccl_tests;  // KIND=FILE: nccl-tests results to write as measured curves
 };
 
 // "calibrating [#####     ] 40% GEMM 26/64" on stderr, at most five times a second.
@@ -283,6 +286,99 @@ int run_gpu_calibration(const CalibrateArgs& args) {
   return 0;
 }
 
+// One --nccl-tests KIND=FILE: the kind's measured times on the group shape the run had.
+struct NcclTestsInput {
+  core::CollectiveKind kind = core::CollectiveKind::all_reduce;
+  std::string file;
+  core::NcclTestsResult result;
+};
+
+NcclTestsInput read_nccl_tests_input(const std::string& argument) {
+  const auto equals = argument.find('=');
+  const std::string kind = argument.substr(0, equals);
+  for (core::CollectiveKind k :
+       {core::CollectiveKind::all_reduce, core::CollectiveKind::all_gather, core::CollectiveKind::reduce_scatter,
+        core::CollectiveKind::broadcast, core::CollectiveKind::all_to_all})
+    if (equals != std::string::npos && core::collective_kind_name(k) == kind) {
+      const std::string file = argument.substr(equals + 1);
+      return {k, file, core::read_nccl_tests(file)};
+    }
+  throw InputError(fmt::format(
+      "--nccl-tests {}: expected KIND=FILE, KIND one of all_reduce, all_gather, reduce_scatter, broadcast, all_to_all",
+      argument));
+}
+
+// All-reduces and broadcasts run in place in stratsim's programs (DDP's buckets, NO_SHARD
+// gradients, parameter broadcasts); all-gathers, reduce-scatters and all-to-alls out of place.
+bool in_place(core::CollectiveKind kind) {
+  return kind == core::CollectiveKind::all_reduce || kind == core::CollectiveKind::broadcast;
+}
+
+// A cost model of measured curves (sim/cost_model.hpp, MeasuredCurve), one per kind and group shape.
+std::string nccl_tests_cost_model(const std::vector<NcclTestsInput>& inputs) {
+  std::map<core::CollectiveKind, std::vector<const NcclTestsInput*>> by_kind;
+  for (const NcclTestsInput& input : inputs) {
+    for (const NcclTestsInput* other : by_kind[input.kind])
+      if (other->result.ranks == input.result.ranks && other->result.nodes == input.result.nodes)
+        throw InputError(fmt::format("--nccl-tests: {} on {} ranks and {} node(s) is measured twice ({} and {})",
+                                     core::collective_kind_name(input.kind), input.result.ranks, input.result.nodes,
+                                     other->file, input.file));
+    by_kind[input.kind].push_back(&input);
+  }
+  std::string out = fmt::format(
+      "# Written by `stratsim calibrate --nccl-tests` ({}) from nccl-tests results: each kind's time by\n"
+      "# size on the group shape it ran on (in-place times for all_reduce and broadcast, which stratsim's\n"
+      "# programs run in place; out-of-place times for the rest). A collective of that kind on a group of\n"
+      "# as many ranks over as many nodes takes the measured time, interpolated between sizes; other\n"
+      "# shapes keep the preset's model. Apply it over a preset in a platform description, for\n"
+      "# `simulate --platform DESCRIPTION`:\n"
+      "#   preset: h100\n"
+      "#   nodes: 2\n"
+      "#   cost_model: THIS_FILE\n"
+      "network:\n"
+      "  per_kind:\n",
+      today());
+  for (const auto& [kind, runs] : by_kind) {
+    out += fmt::format("    {}:\n      name: nccl-tests\n      measured:\n", core::collective_kind_name(kind));
+    for (const NcclTestsInput* input : runs) {
+      const core::NcclTestsResult& r = input->result;
+      std::vector<std::string> bytes, us;
+      for (const core::NcclTestsRow& row : r.rows) {
+        bytes.push_back(fmt::format("{}", static_cast<std::int64_t>(row.bytes)));
+        us.push_back(fmt::format("{:g}", in_place(kind) ? row.in_place_us : row.out_of_place_us));
+      }
+      const std::string hosts = r.hosts.size() <= 3 ? fmt::format("{}", fmt::join(r.hosts, ", "))
+                                                    : fmt::format("{}, {}, ...", r.hosts[0], r.hosts[1]);
+      const std::string source = fmt::format("{}: {} ranks on {} node{} ({}), {}, {}", input->file, r.ranks, r.nodes,
+                                             r.nodes > 1 ? "s" : "", hosts, r.device, r.dtype);
+      out += fmt::format(
+          "        - source: {}\n          ranks: {}\n          nodes: {}\n          bytes: [{}]\n          us: [{}]\n",
+          nlohmann::json(source).dump(), r.ranks, r.nodes, fmt::join(bytes, ", "), fmt::join(us, ", "));
+    }
+  }
+  return out;
+}
+
+int run_nccl_tests_import(const CalibrateArgs& args) {
+  if (args.gpu || args.quick || !args.procs.empty())
+    throw InputError("--nccl-tests reads measurements made elsewhere: it takes no --gpu, --quick or --procs");
+  check_output_directory(args.output);
+  std::vector<NcclTestsInput> inputs;
+  for (const std::string& argument : args.nccl_tests) inputs.push_back(read_nccl_tests_input(argument));
+  write_atomically(args.output, nccl_tests_cost_model(inputs));
+  for (const NcclTestsInput& input : inputs) {
+    const core::NcclTestsRow& largest = input.result.rows.back();
+    std::cout << fmt::format("stratsim calibrate: {} from {}: {} sizes on {} ranks over {} node{}, {:g} us at {} B\n",
+                             core::collective_kind_name(input.kind), input.file, input.result.rows.size(),
+                             input.result.ranks, input.result.nodes, input.result.nodes > 1 ? "s" : "",
+                             in_place(input.kind) ? largest.in_place_us : largest.out_of_place_us,
+                             static_cast<std::int64_t>(largest.bytes));
+  }
+  std::cout << fmt::format("stratsim calibrate: wrote {} (a cost model: `cost_model: {}` in a platform description)\n",
+                           args.output, args.output);
+  return 0;
+}
+
 int calibrate_command(const CalibrateArgs& args) {
   if (!args.worker_output.empty()) {
     const char* rank = std::getenv("RANK");
@@ -290,6 +386,7 @@ int calibrate_command(const CalibrateArgs& args) {
     if (!rank || !world) throw InputError("--worker-output is internal: it runs under stratsim calibrate's launcher");
     return run_worker(args, std::atoi(rank), std::atoi(world));
   }
+  if (!args.nccl_tests.empty()) return run_nccl_tests_import(args);
   return args.gpu ? run_gpu_calibration(args) : run_calibration(args);
 }
 
@@ -309,6 +406,11 @@ const Register calibrate_registration("calibrate", [](CLI::App& app) {
   cmd->add_option("--device", args->device, "The CUDA GPU --gpu measures")
       ->check(CLI::Range(0, 1023))
       ->capture_default_str();
+  cmd->add_option(
+      "--nccl-tests", args->nccl_tests,
+      "KIND=FILE (repeatable): instead of measuring this host, read nccl-tests output (all_reduce=FILE from "
+      "all_reduce_perf, ...) measured on a cluster and write a cost model holding those times for that "
+      "group shape");
   cmd->add_flag("--quiet", args->quiet, "No progress bar (drawn only when stderr is a terminal)");
   cmd->add_option("--timeout", args->timeout, "Seconds a rank waits for a peer before failing")
       ->check(CLI::Range(1.0, 3600.0))

@@ -4,9 +4,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include "cost_model_data.hpp"
 #include "cost_model_fields.hpp"
@@ -41,13 +43,70 @@ void read_link_efficiency(const core::JsonReader& node, NetworkModel& network) {
   if (node.has("loopback")) network.loopback_efficiency = read_fraction(node.at("loopback"));
 }
 
+// A list of numbers, each one `valid` accepts (else an error saying what was `expected`).
+std::vector<double> read_numbers(const core::JsonReader& node, const char* expected, bool (*valid)(double)) {
+  node.expect_array();
+  std::vector<double> values;
+  for (std::size_t i = 0; i < node.size(); ++i) {
+    const double value = node.at(i).as_number();
+    if (!valid(value)) node.at(i).fail(fmt::format("expected {}, got {}", expected, value));
+    values.push_back(value);
+  }
+  return values;
+}
+
+// {ranks: 8, nodes: 1, bytes: [16384, ...], us: [52, ...]}: one group shape's measured times.
+MeasuredCurve read_measured_curve(const core::JsonReader& node) {
+  node.expect_object();
+  node.allow_only({"ranks", "nodes", "bytes", "us", "source"});
+  MeasuredCurve curve;
+  const std::int64_t ranks = node.at("ranks").as_int();
+  if (ranks < 2 || ranks > (1 << 20)) node.at("ranks").fail(fmt::format("expected a group size from 2, got {}", ranks));
+  curve.ranks = static_cast<int>(ranks);
+  const std::int64_t nodes = node.get_int("nodes", 1);
+  if (nodes < 1 || nodes > ranks)
+    node.at("nodes").fail(fmt::format("expected 1 to {} nodes (the ranks), got {}", ranks, nodes));
+  curve.nodes = static_cast<int>(nodes);
+  const auto positive = [](double v) { return v > 0 && std::isfinite(v); };
+  curve.bytes = read_numbers(node.at("bytes"), "a positive number of bytes", positive);
+  std::vector<double> us = read_numbers(node.at("us"), "a positive number of microseconds", positive);
+  if (curve.bytes.size() < 2) node.at("bytes").fail("expected at least two sizes");
+  if (us.size() != curve.bytes.size())
+    node.at("us").fail(fmt::format("expected one time per size ({}), got {}", curve.bytes.size(), us.size()));
+  for (std::size_t i = 1; i < curve.bytes.size(); ++i)
+    if (!(curve.bytes[i] > curve.bytes[i - 1]))
+      node.at("bytes").at(i).fail(
+          fmt::format("expected sizes in increasing order, got {} after {}", curve.bytes[i], curve.bytes[i - 1]));
+  for (double t : us) curve.seconds.push_back(t * 1e-6);
+  return curve;
+}
+
+std::vector<MeasuredCurve> read_measured(const core::JsonReader& node) {
+  node.expect_array();
+  std::vector<MeasuredCurve> curves;
+  for (std::size_t i = 0; i < node.size(); ++i) {
+    MeasuredCurve curve = read_measured_curve(node.at(i));
+    for (const MeasuredCurve& other : curves)
+      if (other.ranks == curve.ranks && other.nodes == curve.nodes)
+        node.at(i).at("ranks").fail(fmt::format("{} ranks on {} node{} are measured twice", curve.ranks, curve.nodes,
+                                                curve.nodes > 1 ? "s" : ""));
+    curves.push_back(std::move(curve));
+  }
+  std::sort(curves.begin(), curves.end(),
+            [](const auto& a, const auto& b) { return std::tie(a.ranks, a.nodes) < std::tie(b.ranks, b.nodes); });
+  return curves;
+}
+
 Protocol read_protocol(const core::JsonReader& node) {
   node.expect_object();
-  node.allow_only({"name", "bandwidth_fraction", "base_latency_us", "step_latency_us", "max_bytes", "source"});
+  node.allow_only(
+      {"name", "bandwidth_fraction", "base_latency_us", "step_latency_us", "max_bytes", "measured", "source"});
   Protocol protocol;
   protocol.name = node.at("name").as_string();
   if (protocol.name.empty()) node.at("name").fail("expected a protocol name");
-  protocol.bandwidth_fraction = read_fraction(node.at("bandwidth_fraction"));
+  // Curves alone need no line: the shapes they do not hold fall back to the protocols.
+  protocol.has_line = node.has("bandwidth_fraction") || !node.has("measured");
+  if (protocol.has_line) protocol.bandwidth_fraction = read_fraction(node.at("bandwidth_fraction"));
   if (node.has("base_latency_us")) protocol.base_latency = read_microseconds(node.at("base_latency_us"));
   if (node.has("step_latency_us")) {
     // One number for every step, or {nvlink: .., nic: ..}.
@@ -65,6 +124,7 @@ Protocol read_protocol(const core::JsonReader& node) {
     if (!(bytes > 0)) node.at("max_bytes").fail(fmt::format("expected a positive number of bytes, got {}", bytes));
     protocol.max_bytes = bytes;
   }
+  if (node.has("measured")) protocol.measured = read_measured(node.at("measured"));
   return protocol;
 }
 
@@ -173,6 +233,20 @@ void CostModel::apply(const core::JsonReader& root) {
 void CostModel::apply_file(const std::string& path) {
   const nlohmann::json document = core::load_document(path);
   apply(core::JsonReader(document, path));
+}
+
+double MeasuredCurve::seconds_at(double n) const {
+  if (n <= bytes.front()) return seconds.front();
+  if (n >= bytes.back()) return seconds.back() * n / bytes.back();
+  const std::size_t upper = static_cast<std::size_t>(std::upper_bound(bytes.begin(), bytes.end(), n) - bytes.begin());
+  const double share = (n - bytes[upper - 1]) / (bytes[upper] - bytes[upper - 1]);
+  return seconds[upper - 1] + share * (seconds[upper] - seconds[upper - 1]);
+}
+
+const MeasuredCurve* Protocol::measured_on(int ranks, int nodes) const {
+  for (const MeasuredCurve& curve : measured)
+    if (curve.ranks == ranks && curve.nodes == nodes) return &curve;
+  return nullptr;
 }
 
 double protocol_time(const Protocol& protocol, double latency, int intra_steps, int inter_steps, double bandwidth) {

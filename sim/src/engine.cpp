@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <tuple>
@@ -141,6 +142,10 @@ class Simulation {
   Algorithm algorithm_for(const ProgramOp& op, int instance);
   Algorithm algorithm_for_full(const ProgramOp& op, int full_instance);
   void run_flows(const std::vector<sg4::Host*>& hosts, std::span<const Flow> flows, double scale);
+  const Protocol* measured_entry(const ProgramOp& op) const;
+  int nodes_spanned(const ProgramOp& op, int instance);
+  void run_measured(const ProgramOp& op, const MeasuredCurve& curve, const Schedule& schedule,
+                    const std::vector<sg4::Host*>& hosts, const std::vector<int>& member_nodes, double slowdown);
   void finish_op(SimRank& rank, const ProgramOp& op, const OpTiming& timing);
   SimResult collect(RankMode mode);
 
@@ -468,13 +473,29 @@ const Schedule& Simulation::schedule_for(const ProgramOp& op, Algorithm algorith
   return it->second;
 }
 
+// The cost model's own entry for the op's kind (network.per_kind): for its dtype first (Gloo
+// reduces half precision in software), else for the kind; null when it has none.
+const Protocol* Simulation::measured_entry(const ProgramOp& op) const {
+  const NetworkModel& network = platform_.cost.network;
+  if (auto it = network.per_kind_dtype.find({op.kind, op.dtype}); it != network.per_kind_dtype.end())
+    return &it->second;
+  if (auto it = network.per_kind.find(op.kind); it != network.per_kind.end()) return &it->second;
+  return nullptr;
+}
+
+// The nodes a full instance of the op's group spans: a measured curve holds for its own shape.
+int Simulation::nodes_spanned(const ProgramOp& op, int instance) {
+  const SimulatedGroup& group = folding_.groups[op.group];
+  std::set<int> nodes;
+  for (int rank : full_instances(op.group)[group.stands_for[instance].front()])
+    nodes.insert(folding_.nodes > 0 ? rank / platform_.gpus_per_node : built_.node_of[rank]);
+  return static_cast<int>(nodes.size());
+}
+
 // The NCCL protocol a schedule runs under the cost model, chosen once per schedule.
 const Protocol* Simulation::protocol_for(const ProgramOp& op, const Schedule& schedule,
                                          const std::vector<int>& member_nodes) {
-  const NetworkModel& network = platform_.cost.network;
-  if (auto it = network.per_kind_dtype.find({op.kind, op.dtype}); it != network.per_kind_dtype.end())
-    return &it->second;  // measured for this kind and dtype (calibrated Gloo)
-  if (auto it = network.per_kind.find(op.kind); it != network.per_kind.end()) return &it->second;
+  if (const Protocol* entry = measured_entry(op); entry && entry->has_line) return entry;
   auto [it, inserted] = protocol_cache_.try_emplace(&schedule, nullptr);
   if (inserted) {
     const ScheduleCost cost = estimate_parts(schedule, member_nodes, costs_);
@@ -503,15 +524,21 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
   // NVLS runs its own way (no protocol choice); everything else under the protocol NCCL would pick.
   const bool nvls = algorithm == Algorithm::nvls;
   const NetworkModel& network = platform_.cost.network;
-  const Protocol* protocol = schedule && !nvls ? protocol_for(op, *schedule, member_nodes) : nullptr;
+  const Protocol* entry = schedule && !nvls ? measured_entry(op) : nullptr;
+  const MeasuredCurve* curve =
+      entry ? entry->measured_on(folding_.groups[op.group].full_size, nodes_spanned(op, instance)) : nullptr;
+  const Protocol* protocol = curve ? entry : schedule && !nvls ? protocol_for(op, *schedule, member_nodes) : nullptr;
   slot.protocol = protocol;
-  const double overhead = nvls       ? network.nvls_base_latency
+  const double overhead = curve      ? 0
+                          : nvls     ? network.nvls_base_latency
                           : protocol ? protocol->base_latency
                                      : platform_.collective_overhead;
   if (overhead > 0) sg4::this_actor::sleep_for(overhead);
   if (!schedule) {
     const double copy = one_rank_copy_seconds(op) * slowdown;
     if (copy > 0) sg4::this_actor::sleep_for(copy);
+  } else if (curve) {
+    run_measured(op, *curve, *schedule, hosts, member_nodes, slowdown);
   } else {
     const double fraction = nvls ? network.nvls_bandwidth_fraction : protocol ? protocol->bandwidth_fraction : 1.0;
     // On a CPU host with fewer cores than ranks, the transport threads share the cores too.
@@ -535,6 +562,38 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
   std::unique_lock<sg4::Mutex> lock(*lock_);
   slot.done = true;
   slot.finished->notify_all();
+}
+
+// A measured collective (MeasuredCurve, cost_model.hpp) takes its measured time at its size, moved
+// as its schedule's flows stretched to last that long, so collectives in flight together still
+// share the links. The curve holds the host contention of the process count it was measured on; a
+// program with more processes than that on the host's cores stretches what it adds beyond its
+// smallest size's time by the rest (a group of 2 measured alone, run beside another group of 2 on a
+// 2-core host, moves its bytes half as fast), as the fitted line stretches its volume term.
+void Simulation::run_measured(const ProgramOp& op, const MeasuredCurve& curve, const Schedule& schedule,
+                              const std::vector<sg4::Host*>& hosts, const std::vector<int>& member_nodes,
+                              double slowdown) {
+  double seconds = curve.seconds_at(static_cast<double>(op.bytes));
+  if (platform_.kind == PlatformKind::cpu_host && platform_.cores > 0) {
+    // Only what grows with the size shares the cores (the line's volume term); the latency of the
+    // smallest size stays.
+    const double stretch = host_contention_ / std::max(1.0, static_cast<double>(curve.ranks) / platform_.cores);
+    seconds = curve.seconds.front() + (seconds - curve.seconds.front()) * stretch;
+  }
+  seconds *= slowdown;
+  // Each phase's flows pay their route's latency once; the stretched bytes take the rest.
+  double latency = 0;
+  for (const SchedulePhase& phase : schedule.phases) {
+    double longest = 0;
+    for (const Flow& flow : phase.flows) longest = std::max(longest, route(hosts[flow.src], hosts[flow.dst]).latency);
+    latency += longest;
+  }
+  const double ideal = estimate_parts(schedule, member_nodes, costs_).bandwidth;
+  if (!(ideal > 0) || !(seconds > latency)) {
+    sg4::this_actor::sleep_for(seconds);
+    return;
+  }
+  for (const SchedulePhase& phase : schedule.phases) run_flows(hosts, phase.flows, (seconds - latency) / ideal);
 }
 
 // A group of one moves nothing over the network, but an out-of-place collective still fills its

@@ -208,5 +208,33 @@ TEST(CalibrateCli, BadArgumentsFailBeforeMeasuring) {
   EXPECT_NE(nowhere.out.find("no such directory"), std::string::npos) << nowhere.out;
 }
 
+// --nccl-tests reads measurements made elsewhere: bad input exits 2 with one line and writes nothing.
+TEST(CalibrateCli, NcclTestsInputErrors) {
+  const std::string data = std::string(STRATSIM_TEST_DATA) + "/nccl_tests/";
+  const std::string out = temp_path("nccl-tests-bad.yaml");
+  std::filesystem::remove(out);
+  const CliRun kind = run_cli("calibrate --nccl-tests allreduce=" + data + "h100_2nodes_all_reduce.txt -o " + out);
+  EXPECT_EQ(kind.code, 2);
+  EXPECT_NE(kind.out.find("expected KIND=FILE, KIND one of all_reduce, all_gather, reduce_scatter, broadcast, "
+                          "all_to_all"),
+            std::string::npos)
+      << kind.out;
+  const CliRun twice = run_cli("calibrate --nccl-tests all_reduce=" + data +
+                               "h100_2nodes_all_reduce.txt --nccl-tests "
+                               "all_reduce=" +
+                               data + "h100_2nodes_all_reduce.txt -o " + out);
+  EXPECT_EQ(twice.code, 2);
+  EXPECT_NE(twice.out.find("all_reduce on 16 ranks and 2 node(s) is measured twice"), std::string::npos) << twice.out;
+  const CliRun gpu =
+      run_cli("calibrate --gpu --nccl-tests all_reduce=" + data + "h100_2nodes_all_reduce.txt -o " + out);
+  EXPECT_EQ(gpu.code, 2);
+  EXPECT_NE(gpu.out.find("it takes no --gpu, --quick or --procs"), std::string::npos) << gpu.out;
+  const CliRun not_output =
+      run_cli("calibrate --nccl-tests all_gather=" + data + "../cost_models/partial.yaml -o " + out);
+  EXPECT_EQ(not_output.code, 2);
+  EXPECT_NE(not_output.out.find("expected nccl-tests' standard output"), std::string::npos) << not_output.out;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 }  // namespace
 }  // namespace stratsim::test

@@ -6,9 +6,11 @@
 #include <algorithm>
 
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "../cli_support.hpp"
 #include "sim_test_support.hpp"
 #include "stratsim/core/errors.hpp"
 #include "stratsim/sim/collective.hpp"
@@ -230,8 +232,8 @@ TEST(ComputeModel, CpuRanksComputingTogetherUseTheAllBusyTable) {
 
 TEST(Protocols, TheTunerPicksTheFastestAllowed) {
   sim::NetworkModel network;
-  network.protocols = {{"LL", 0.25, 2e-6, 0, 0, std::numeric_limits<double>::infinity()},
-                       {"Simple", 1.0, 10e-6, 5e-6, 5e-6, std::numeric_limits<double>::infinity()}};
+  network.protocols = {{"LL", 0.25, 2e-6, 0, 0, std::numeric_limits<double>::infinity(), {}},
+                       {"Simple", 1.0, 10e-6, 5e-6, 5e-6, std::numeric_limits<double>::infinity(), {}}};
   // Small: latency wins. 14 steps, 1 us of transfer: LL 2 + 4 = 6 us, Simple 10 + 70 + 1 = 81 us.
   EXPECT_EQ(sim::choose_protocol(network, 1e3, 0, 14, 0, 1e-6)->name, "LL");
   // Large: bandwidth wins. 1 ms of transfer: LL 4 ms, Simple 1.08 ms.
@@ -248,7 +250,7 @@ TEST(Protocols, RingAllReduceTimeUnderAProtocol) {
   core::Program program = empty_program({4}, {"world"});
   add_collective(program, CollectiveKind::all_reduce, 64e6, {0});
   sim::PlatformSpec platform = uniform_star(4, 100e9, 1e-6);
-  platform.cost.network.protocols = {{"Half", 0.5, 20e-6, 3e-6, 3e-6, std::numeric_limits<double>::infinity()}};
+  platform.cost.network.protocols = {{"Half", 0.5, 20e-6, 3e-6, 3e-6, std::numeric_limits<double>::infinity(), {}}};
   const sim::SimResult result = sim::simulate(program, platform);
   ASSERT_EQ(result.collectives.size(), 1u);
   EXPECT_EQ(result.collectives[0].algorithm, "ring/Half");
@@ -378,8 +380,8 @@ TEST(PerKind, AMeasuredKindRunsItsOwnCosts) {
   add_collective(program, CollectiveKind::all_gather, 64e6, {0});
   add_collective(program, CollectiveKind::all_reduce, 64e6, {0});
   sim::PlatformSpec platform = uniform_star(4, 100e9, 1e-6);
-  platform.cost.network.per_kind[CollectiveKind::all_gather] = {"gloo", 0.25,  100e-6,
-                                                                10e-6,  10e-6, std::numeric_limits<double>::infinity()};
+  platform.cost.network.per_kind[CollectiveKind::all_gather] = {
+      "gloo", 0.25, 100e-6, 10e-6, 10e-6, std::numeric_limits<double>::infinity(), {}};
   const sim::SimResult result = sim::simulate(program, platform);
   EXPECT_EQ(result.collectives[0].algorithm, "ring/gloo");
   const double expected = 100e-6 + 3 * (2e-6 + 10e-6) + 0.75 * 64e6 / (0.25 * 100e9);
@@ -390,7 +392,7 @@ TEST(PerKind, AMeasuredKindRunsItsOwnCosts) {
   const int op = add_collective(half, CollectiveKind::all_gather, 64e6, {0});
   half.ops[op].dtype = core::DType::float16;
   platform.cost.network.per_kind_dtype[{CollectiveKind::all_gather, core::DType::float16}] = {
-      "gloo-half", 0.125, 100e-6, 10e-6, 10e-6, std::numeric_limits<double>::infinity()};
+      "gloo-half", 0.125, 100e-6, 10e-6, 10e-6, std::numeric_limits<double>::infinity(), {}};
   const sim::SimResult slower = sim::simulate(half, platform);
   EXPECT_EQ(slower.collectives[0].algorithm, "ring/gloo-half");
   // The file form: "all_gather/float16".
@@ -403,6 +405,147 @@ TEST(PerKind, AMeasuredKindRunsItsOwnCosts) {
             kData +
                 "bad_per_kind.yaml: network.per_kind.all_reduce/float17: unknown collective (expected all_reduce, "
                 "all_gather, reduce_scatter, broadcast or all_to_all, optionally /DTYPE)");
+}
+
+// A measured curve: below its smallest size the smallest's time, between sizes the line through
+// the two, above its largest the largest's time per byte.
+TEST(MeasuredCurve, InterpolatesLinearlyBetweenSizes) {
+  sim::MeasuredCurve curve{4, 1, {1e3, 1e6, 4e6}, {500e-6, 1500e-6, 9500e-6}};
+  EXPECT_DOUBLE_EQ(curve.seconds_at(10), 500e-6);
+  EXPECT_DOUBLE_EQ(curve.seconds_at(1e3), 500e-6);
+  EXPECT_NEAR(curve.seconds_at(500500), 1000e-6, 1e-15);  // halfway from 1e3 to 1e6
+  EXPECT_DOUBLE_EQ(curve.seconds_at(1e6), 1500e-6);
+  EXPECT_NEAR(curve.seconds_at(2.5e6), 5500e-6, 1e-15);
+  EXPECT_DOUBLE_EQ(curve.seconds_at(4e6), 9500e-6);
+  EXPECT_NEAR(curve.seconds_at(8e6), 19000e-6, 1e-15);
+}
+
+// On a group size it holds, a measured curve is the collective's whole time: no base latency, no
+// step latency, no link rate. Other group sizes run the kind's line.
+TEST(PerKind, AMeasuredCurveIsTheCollectivesTime) {
+  CostModel model = CostModel::ideal();
+  model.apply_file(kData + "measured_curve.yaml");
+  const sim::Protocol& gather = model.network.per_kind.at(CollectiveKind::all_gather);
+  ASSERT_EQ(gather.measured.size(), 2u);
+  EXPECT_EQ(gather.measured[0].ranks, 2);  // sorted by group size
+  EXPECT_EQ(gather.measured_on(4, 1), &gather.measured[1]);
+  EXPECT_EQ(gather.measured_on(4, 2), nullptr);
+  EXPECT_EQ(gather.measured_on(8, 1), nullptr);
+  const auto gather_seconds = [&](int world, double bytes, const std::string& platform_text) {
+    core::Program program = empty_program({world}, {"world"});
+    add_collective(program, CollectiveKind::all_gather, bytes, {0});
+    sim::PlatformSpec platform = sim::parse_platform(platform_text);
+    platform.cost = model;
+    const sim::SimResult result = sim::simulate(program, platform);
+    EXPECT_EQ(result.collectives[0].algorithm, "ring/gloo");
+    return result.collectives[0].end - result.collectives[0].start;
+  };
+  const std::string host = "cpu:procs=4,cores=4,gbps=1,lat_us=0,overhead_us=0";
+  EXPECT_NEAR(gather_seconds(4, 2.5e6, host), 5500e-6, 1e-9);
+  EXPECT_NEAR(gather_seconds(4, 500, host), 500e-6, 1e-9);
+  EXPECT_NEAR(gather_seconds(2, 1e6, "cpu:procs=2,cores=4,gbps=1,lat_us=0,overhead_us=0"), 600e-6, 1e-9);
+  // 8 ranks were not measured: the line, 100 us + 7/8 x 8e6 B / (0.5 x 1 GB/s).
+  EXPECT_NEAR(gather_seconds(8, 8e6, "cpu:procs=8,cores=8,gbps=1,lat_us=0,overhead_us=0"), 100e-6 + 0.014, 1e-9);
+  // The collective overhead does not add to it.
+  EXPECT_NEAR(gather_seconds(4, 2.5e6, "cpu:procs=4,cores=4,gbps=1,lat_us=0,overhead_us=50"), 5500e-6, 1e-9);
+}
+
+// A curve holds the contention of the processes it was measured on. Two groups of 2 at once on a
+// 2-core host (4 processes) share the cores: each moves its bytes at half its 2-process rate, its
+// smallest size's time (latency) unchanged: 200 + 2 x (600 - 200) us.
+TEST(PerKind, AMeasuredCurveOnABusierHostIsStretched) {
+  CostModel model = CostModel::ideal();
+  model.apply_file(kData + "measured_curve.yaml");
+  core::Program program = empty_program({2, 2}, {"replica", "shard"});
+  add_collective(program, CollectiveKind::all_gather, 1e6, {1});
+  sim::PlatformSpec platform = sim::parse_platform("cpu:procs=4,cores=2,gbps=1,lat_us=0,overhead_us=0");
+  platform.cost = model;
+  const sim::SimResult result = sim::simulate(program, platform);
+  ASSERT_EQ(result.collectives.size(), 2u);
+  for (const core::CollectiveRun& run : result.collectives) EXPECT_NEAR(run.end - run.start, 1000e-6, 1e-9);
+  // Measured on 4 processes, a group of 4 on the same host is not stretched again.
+  core::Program world = empty_program({4}, {"world"});
+  add_collective(world, CollectiveKind::all_gather, 1e6, {0});
+  const sim::SimResult whole = sim::simulate(world, platform);
+  EXPECT_NEAR(whole.collectives[0].end - whole.collectives[0].start, 1500e-6, 1e-9);
+}
+
+// On a GPU cluster a curve holds for its group shape: an 8-GPU curve measured inside one node prices
+// the tensor-parallel all-reduces (8 GPUs of a node) exactly, routes' latency included, while the
+// data-parallel ones (2 GPUs on 2 nodes) have no curve and an entry of curves alone leaves them to
+// the protocols, as if the kind had no entry.
+TEST(PerKind, ACurveHoldsForItsGroupShapeOnly) {
+  core::Program program = empty_program({2, 8}, {"dp", "tp"});
+  add_collective(program, CollectiveKind::all_reduce, 3e6, {1});
+  add_collective(program, CollectiveKind::all_reduce, 3e6, {0});
+  sim::PlatformSpec platform = sim::parse_platform("h100:nodes=2,model=ideal");
+  const sim::SimResult bare = sim::simulate(program, platform);
+  sim::Protocol entry;
+  entry.name = "nccl-tests";
+  entry.has_line = false;
+  entry.measured = {{8, 1, {1e6, 4e6}, {100e-6, 400e-6}}};
+  platform.cost.network.per_kind[CollectiveKind::all_reduce] = entry;
+  const sim::SimResult measured = sim::simulate(program, platform);
+  const auto duration = [](const core::CollectiveRun& run) { return run.end - run.start; };
+  ASSERT_EQ(measured.collectives.size(), bare.collectives.size());
+  for (std::size_t i = 0; i < measured.collectives.size(); ++i) {
+    const core::CollectiveRun& run = measured.collectives[i];
+    if (run.group_size == 8) {
+      EXPECT_TRUE(run.algorithm.ends_with("/nccl-tests")) << run.algorithm;  // the schedule NCCL's tuner picks
+      EXPECT_NEAR(duration(run), 300e-6, 1e-9);  // 3e6 B: two thirds of the way from 1e6 to 4e6
+    } else {
+      EXPECT_EQ(run.algorithm, bare.collectives[i].algorithm);
+      EXPECT_DOUBLE_EQ(duration(run), duration(bare.collectives[i]));
+    }
+  }
+}
+
+// `stratsim calibrate --nccl-tests` writes a published two-node run (16 H100s) as a curve; over the
+// h100 preset on 2 nodes, a 16-rank all-reduce takes the measured in-place time at a measured size
+// and the line between two sizes elsewhere; 8 ranks inside one node are not that shape and keep
+// the preset's model.
+TEST(NcclTestsCurves, CalibrateWritesThemAndTheSimulatorRunsThem) {
+  const std::string model = temp_path("nccl-tests-model.yaml");
+  const CliRun written = run_cli("calibrate --nccl-tests all_reduce=" + std::string(STRATSIM_TEST_DATA) +
+                                 "/nccl_tests/h100_2nodes_all_reduce.txt -o " + model);
+  ASSERT_EQ(written.code, 0) << written.out;
+  EXPECT_NE(written.out.find("all_reduce from"), std::string::npos) << written.out;
+  const std::string description = temp_path("nccl-tests-platform.yaml");
+  std::ofstream(description) << "preset: h100\nnodes: 2\ncost_model: " << model << "\n";
+  const sim::PlatformSpec platform = sim::parse_platform(description);
+  core::Program program = empty_program({16}, {"world"});
+  add_collective(program, CollectiveKind::all_reduce, 67108864, {0});
+  add_collective(program, CollectiveKind::all_reduce, 100663296, {0}, {0});  // halfway to 128 MiB
+  const sim::SimResult result = sim::simulate(program, platform);
+  ASSERT_EQ(result.collectives.size(), 2u);
+  const auto duration = [](const core::CollectiveRun& run) { return run.end - run.start; };
+  EXPECT_NEAR(duration(result.collectives[0]), 1270.2e-6, 1e-9);
+  EXPECT_NEAR(duration(result.collectives[1]), (1270.2e-6 + 1636.7e-6) / 2, 1e-9);
+  core::Program node = empty_program({2, 8}, {"dp", "tp"});
+  add_collective(node, CollectiveKind::all_reduce, 67108864, {1});
+  const sim::SimResult inside = sim::simulate(node, platform);
+  const sim::SimResult preset = sim::simulate(node, sim::parse_platform("h100:nodes=2"));
+  EXPECT_DOUBLE_EQ(duration(inside.collectives[0]), duration(preset.collectives[0]));
+  EXPECT_FALSE(inside.collectives[0].algorithm.ends_with("nccl-tests"));
+}
+
+TEST(PerKind, BadMeasuredCurvesNameTheirField) {
+  EXPECT_EQ(apply_error("bad_measured_order.yaml"),
+            kData +
+                "bad_measured_order.yaml: network.per_kind.all_gather.measured[0].bytes[2]: expected sizes in "
+                "increasing order, got 1000000 after 4000000");
+  EXPECT_EQ(apply_error("bad_measured_count.yaml"),
+            kData +
+                "bad_measured_count.yaml: network.per_kind.all_gather.measured[0].us: expected one time per size "
+                "(2), got 1");
+  EXPECT_EQ(apply_error("bad_measured_twice.yaml"),
+            kData +
+                "bad_measured_twice.yaml: network.per_kind.all_gather.measured[1].ranks: 2 ranks on 1 node are "
+                "measured twice");
+  EXPECT_EQ(apply_error("bad_measured_time.yaml"),
+            kData +
+                "bad_measured_time.yaml: network.per_kind.all_gather.measured[0].us[1]: expected a positive "
+                "number of microseconds, got -600");
 }
 
 // A collective that starts while its rank's compute stream works (or is about to: its next op is

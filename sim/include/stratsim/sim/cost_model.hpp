@@ -26,6 +26,20 @@
 
 namespace stratsim::sim {
 
+// A collective's time by size, measured on one group shape: nccl-tests on a cluster (`stratsim
+// calibrate --nccl-tests`), or Gloo on this host. Between the measured sizes the time is
+// interpolated linearly in the size; the curve holds for groups of the same size spanning the same
+// number of nodes (an 8-GPU curve from one node says nothing about 8 GPUs on 8 nodes).
+struct MeasuredCurve {
+  int ranks = 0;                // the group size it was measured on
+  int nodes = 1;                // the nodes those ranks spanned
+  std::vector<double> bytes;    // nccl-tests n, increasing
+  std::vector<double> seconds;  // one per size
+  // Below the smallest size its time (latency-bound); above the largest size the largest's time per
+  // byte (bandwidth-bound); in between the line through the two neighbouring sizes.
+  double seconds_at(double n) const;
+};
+
 // One NCCL protocol. LL moves 8-byte lines holding 4 bytes of data and a flag (half the link),
 // LL128 128-byte lines holding 120, Simple whole buffers behind memory fences (all of the link,
 // but a synchronisation per step).
@@ -38,6 +52,12 @@ struct Protocol {
   double step_latency_intra = 0;
   double step_latency_inter = 0;
   double max_bytes = std::numeric_limits<double>::infinity();  // not used for larger collectives (n, bytes)
+  // A kind measured by size (network.per_kind only): on the group shapes it holds, the curve is the
+  // collective's whole time. An entry of curves alone (no bandwidth_fraction) leaves every other
+  // shape to the protocols, as if the kind had no entry.
+  std::vector<MeasuredCurve> measured;  // by ranks, then nodes
+  bool has_line = true;                 // bandwidth_fraction and the latencies were given
+  const MeasuredCurve* measured_on(int ranks, int nodes) const;
 };
 
 struct NetworkModel {
