@@ -144,6 +144,8 @@ class Simulation {
   void run_flows(const std::vector<sg4::Host*>& hosts, std::span<const Flow> flows, double scale);
   const Protocol* measured_entry(const ProgramOp& op) const;
   int nodes_spanned(const ProgramOp& op, int instance);
+  void run_schedule(const Schedule& schedule, const std::vector<sg4::Host*>& hosts,
+                    const std::vector<int>& member_nodes, const Protocol* protocol, double scale);
   void run_measured(const ProgramOp& op, const MeasuredCurve& curve, const Schedule& schedule,
                     const std::vector<sg4::Host*>& hosts, const std::vector<int>& member_nodes, double slowdown);
   void finish_op(SimRank& rank, const ProgramOp& op, const OpTiming& timing);
@@ -542,26 +544,43 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
   } else {
     const double fraction = nvls ? network.nvls_bandwidth_fraction : protocol ? protocol->bandwidth_fraction : 1.0;
     // On a CPU host with fewer cores than ranks, the transport threads share the cores too.
-    const double scale = slowdown * host_contention_ / fraction;
-    for (const SchedulePhase& phase : schedule->phases) {
-      double alpha = 0;
-      bool crosses_nodes = false;
-      for (const Flow& flow : phase.flows) {
-        crosses_nodes = crosses_nodes || member_nodes[flow.src] != member_nodes[flow.dst];
-        if (phase.latency_steps > 1) alpha = std::max(alpha, route(hosts[flow.src], hosts[flow.dst]).latency);
-      }
-      run_flows(hosts, phase.flows, scale);
-      double wait = (phase.latency_steps - 1) * alpha;
-      if (protocol && !phase.flows.empty())
-        wait += phase.latency_steps * (crosses_nodes ? protocol->step_latency_inter : protocol->step_latency_intra);
-      if (wait > 0) sg4::this_actor::sleep_for(wait);
-    }
+    run_schedule(*schedule, hosts, member_nodes, protocol, slowdown * host_contention_ / fraction);
   }
   slot.end = sg4::Engine::get_clock();
   record(op, instance, algorithm, protocol, slot.start, slot.end);
   std::unique_lock<sg4::Mutex> lock(*lock_);
   slot.done = true;
   slot.finished->notify_all();
+}
+
+// A schedule's flows, each carrying `scale` times its bytes, then each phase's remaining latency
+// steps (the route's latency, and the protocol's per step): phase after phase, or, pipelined, every
+// phase's flows at once and the latency steps after them (collective.hpp, Schedule::pipelined).
+void Simulation::run_schedule(const Schedule& schedule, const std::vector<sg4::Host*>& hosts,
+                              const std::vector<int>& member_nodes, const Protocol* protocol, double scale) {
+  std::vector<Flow> pipeline;
+  double pipeline_wait = 0;
+  for (const SchedulePhase& phase : schedule.phases) {
+    double alpha = 0;
+    bool crosses_nodes = false;
+    for (const Flow& flow : phase.flows) {
+      crosses_nodes = crosses_nodes || member_nodes[flow.src] != member_nodes[flow.dst];
+      if (phase.latency_steps > 1) alpha = std::max(alpha, route(hosts[flow.src], hosts[flow.dst]).latency);
+    }
+    double wait = (phase.latency_steps - 1) * alpha;
+    if (protocol && !phase.flows.empty())
+      wait += phase.latency_steps * (crosses_nodes ? protocol->step_latency_inter : protocol->step_latency_intra);
+    if (schedule.pipelined) {
+      pipeline.insert(pipeline.end(), phase.flows.begin(), phase.flows.end());
+      pipeline_wait += wait;
+      continue;
+    }
+    run_flows(hosts, phase.flows, scale);
+    if (wait > 0) sg4::this_actor::sleep_for(wait);
+  }
+  if (!schedule.pipelined) return;
+  run_flows(hosts, pipeline, scale);
+  if (pipeline_wait > 0) sg4::this_actor::sleep_for(pipeline_wait);
 }
 
 // A measured collective (MeasuredCurve, cost_model.hpp) takes its measured time at its size, moved
@@ -581,19 +600,16 @@ void Simulation::run_measured(const ProgramOp& op, const MeasuredCurve& curve, c
     seconds = curve.seconds.front() + (seconds - curve.seconds.front()) * stretch;
   }
   seconds *= slowdown;
-  // Each phase's flows pay their route's latency once; the stretched bytes take the rest.
-  double latency = 0;
-  for (const SchedulePhase& phase : schedule.phases) {
-    double longest = 0;
-    for (const Flow& flow : phase.flows) longest = std::max(longest, route(hosts[flow.src], hosts[flow.dst]).latency);
-    latency += longest;
-  }
-  const double ideal = estimate_parts(schedule, member_nodes, costs_).bandwidth;
-  if (!(ideal > 0) || !(seconds > latency)) {
+  // The curve's time holds every latency step: the flows alone, which pay their routes' latency
+  // (each phase's once, a pipeline's once), stretched to take the rest.
+  Schedule flows_only = schedule;
+  for (SchedulePhase& phase : flows_only.phases) phase.latency_steps = 1;
+  const ScheduleCost ideal = estimate_parts(flows_only, member_nodes, costs_);
+  if (!(ideal.bandwidth > 0) || !(seconds > ideal.latency)) {
     sg4::this_actor::sleep_for(seconds);
     return;
   }
-  for (const SchedulePhase& phase : schedule.phases) run_flows(hosts, phase.flows, (seconds - latency) / ideal);
+  run_schedule(flows_only, hosts, member_nodes, nullptr, (seconds - ideal.latency) / ideal.bandwidth);
 }
 
 // A group of one moves nothing over the network, but an out-of-place collective still fills its

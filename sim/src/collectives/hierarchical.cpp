@@ -1,14 +1,18 @@
 // Hierarchical: rings inside each node over NVLink, and across nodes one ring per rail (the members
 // with the same local index), so the g shards of a node cross the inter-node fabric over g NICs in
 // parallel (simulators.md section 5, invariant 2): all-reduce is an intra-node reduce-scatter, an
-// inter-node all-reduce of n/g per rail, and an intra-node all-gather. Only (g-1)/g n per member
-// moves at NVLink speed and 2(m-1)/m n/g at NIC speed, which beats a flat ring across nodes
-// whenever the NICs are the bottleneck. All-gather gathers across nodes first (so the fast
-// intra-node step moves the bulk), reduce-scatter the reverse; broadcast chains across nodes on
-// the root's rail, then inside each node; all-to-all is rail-aligned (PXN-like) in two steps.
+// inter-node all-reduce of n/g per rail, and an intra-node all-gather, pipelined as NCCL pipelines
+// its tree across nodes (chunks of all three stages in flight at once): 2 (g-1)/g n per member
+// moves at NVLink speed and 2(m-1)/m n/g at NIC speed at the same time, so the slower of the two
+// decides, and across nodes that is the NICs. (Run one after another, the three would cap 16 H100s
+// on two nodes with 25 GB/s NICs at 211 GB/s busbw; nccl-tests measured 339, above the 200 a ring
+// through the same NICs reaches: benchmarks/README.md, "Across nodes".) All-gather gathers across nodes first (so the
+// fast intra-node step moves the bulk), reduce-scatter the reverse; broadcast chains across nodes on the root's rail,
+// then inside each node; all-to-all is rail-aligned (PXN-like) in two steps.
 
 #include "common.hpp"
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -73,6 +77,7 @@ Schedule hierarchical_schedule(CollectiveKind kind, const NodeLayout& layout, do
       append(schedule, rings_phase("intra reduce-scatter", g - 1, layout.nodes, ring_pass_bytes(g, bytes)));
       append(schedule, rings_phase("inter all-reduce", 2 * (m - 1), rails, 2 * ring_pass_bytes(m, shard)));
       append(schedule, rings_phase("intra all-gather", g - 1, layout.nodes, ring_pass_bytes(g, bytes)));
+      schedule.pipelined = true;
       break;
     case CollectiveKind::all_gather:
       // Gather each rail's shard across nodes first, so the fast intra-node step moves the bulk.
@@ -114,7 +119,9 @@ namespace stratsim::sim {
 using namespace collectives;
 
 // With shard = n/g:
-//   all_reduce      2[(g-1)a_i + (g-1)/g n b_i] + 2(m-1)a_e + 2(m-1)/m shard b_e
+//   all_reduce      2(g-2)a_i + (2m-3)a_e + max(a_i + 2(g-1)/g n b_i, a_e + 2(m-1)/m shard b_e)
+//                   (pipelined: the NVLink and NIC transfers at once, each flow paying its route's
+//                   latency once; the rest of each stage's steps fill the pipeline)
 //   all_gather,     (g-1)a_i + (g-1)/g n b_i + (m-1)a_e + (m-1)/m shard b_e
 //   reduce_scatter  (same terms, the other order)
 //   broadcast       (m-1)a_e + n b_e + (g-1)a_i + n b_i          (two pipelined chains)
@@ -131,7 +138,9 @@ double hierarchical_closed_form_time(CollectiveKind kind, int g, int m, double b
   const double inter_pass = (m - 1) * costs.alpha_inter + ring_pass_bytes(m, shard) * costs.beta_inter;
   switch (kind) {
     case CollectiveKind::all_reduce:
-      return 2 * intra_pass + 2 * (m - 1) * costs.alpha_inter + 2 * ring_pass_bytes(m, shard) * costs.beta_inter;
+      return 2 * (g - 2) * costs.alpha_intra + (2 * m - 3) * costs.alpha_inter +
+             std::max(costs.alpha_intra + 2 * ring_pass_bytes(g, n) * costs.beta_intra,
+                      costs.alpha_inter + 2 * ring_pass_bytes(m, shard) * costs.beta_inter);
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter:
       return intra_pass + inter_pass;

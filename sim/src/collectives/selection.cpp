@@ -110,8 +110,58 @@ double estimate_time(const Schedule& schedule, const std::vector<int>& member_no
   return cost.latency + cost.bandwidth;
 }
 
+namespace {
+
+void check_flow(const SchedulePhase& phase, const Flow& flow, int p) {
+  if (flow.src < 0 || flow.src >= p || flow.dst < 0 || flow.dst >= p)
+    fail(fmt::format("phase '{}' has a flow {} -> {} outside the group of {}", phase.label, flow.src, flow.dst, p));
+}
+
+// A pipelined schedule (Schedule::pipelined): every phase's flows at once, so each member's links
+// of one class (NVLink inside a node, its NIC across) carry all its flows of that class; the class
+// that takes longer, its route latency included, decides, and each phase's other latency steps
+// fill the pipeline.
+ScheduleCost estimate_pipelined(const Schedule& schedule, const std::vector<int>& member_nodes,
+                                const LinkCosts& costs) {
+  const int p = static_cast<int>(member_nodes.size());
+  std::vector<double> egress[2] = {std::vector<double>(p, 0.0), std::vector<double>(p, 0.0)};
+  std::vector<double> ingress[2] = {egress[0], egress[0]};
+  const double alpha[2] = {costs.alpha_intra, costs.alpha_inter}, beta[2] = {costs.beta_intra, costs.beta_inter};
+  bool used[2] = {false, false};
+  ScheduleCost total;
+  for (const SchedulePhase& phase : schedule.phases) {
+    double phase_alpha = 0;
+    bool crosses_nodes = false;
+    for (const Flow& flow : phase.flows) {
+      check_flow(phase, flow, p);
+      const int c = member_nodes[flow.src] == member_nodes[flow.dst] ? 0 : 1;
+      crosses_nodes = crosses_nodes || c == 1;
+      phase_alpha = std::max(phase_alpha, alpha[c]);
+      used[c] = true;
+      egress[c][flow.src] += flow.bytes * beta[c];
+      ingress[c][flow.dst] += flow.bytes * beta[c];
+    }
+    if (phase.flows.empty()) continue;
+    total.latency += (phase.latency_steps - 1) * phase_alpha;
+    (crosses_nodes ? total.inter_steps : total.intra_steps) += phase.latency_steps;
+  }
+  double slowest = -1;
+  int bottleneck = 0;
+  for (int c = 0; c < 2; ++c) {
+    if (!used[c]) continue;
+    const double seconds = std::max(*std::max_element(egress[c].begin(), egress[c].end()),
+                                    *std::max_element(ingress[c].begin(), ingress[c].end()));
+    if (alpha[c] + seconds > slowest) slowest = alpha[c] + seconds, bottleneck = c, total.bandwidth = seconds;
+  }
+  if (slowest >= 0) total.latency += alpha[bottleneck];
+  return total;
+}
+
+}  // namespace
+
 ScheduleCost estimate_parts(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs) {
   check_costs(costs);
+  if (schedule.pipelined) return estimate_pipelined(schedule, member_nodes, costs);
   const int p = static_cast<int>(member_nodes.size());
   std::vector<double> egress(p, 0.0), ingress(p, 0.0);
   std::vector<int> touched;
@@ -120,8 +170,7 @@ ScheduleCost estimate_parts(const Schedule& schedule, const std::vector<int>& me
     double alpha = 0;
     bool crosses_nodes = false;
     for (const Flow& flow : phase.flows) {
-      if (flow.src < 0 || flow.src >= p || flow.dst < 0 || flow.dst >= p)
-        fail(fmt::format("phase '{}' has a flow {} -> {} outside the group of {}", phase.label, flow.src, flow.dst, p));
+      check_flow(phase, flow, p);
       const bool intra = member_nodes[flow.src] == member_nodes[flow.dst];
       crosses_nodes = crosses_nodes || !intra;
       alpha = std::max(alpha, intra ? costs.alpha_intra : costs.alpha_inter);

@@ -42,6 +42,11 @@ struct Schedule {
   core::CollectiveKind kind = core::CollectiveKind::all_reduce;
   Algorithm algorithm = Algorithm::ring;
   std::vector<SchedulePhase> phases;
+  // The phases run as one pipeline: chunks of every phase are in flight at once (NCCL's tree moves
+  // a buffer's chunks through a node's chain and across the nodes together), so their flows run
+  // together, and the pipeline fills phase by phase (each phase's latency steps but the first of
+  // each link class are paid after the flows). False: one phase after another.
+  bool pipelined = false;
 };
 
 // member_nodes[i]: the node of member i (members in group order). Throws std::invalid_argument
@@ -75,8 +80,7 @@ struct LinkCosts {
 
 // Closed-form time on a uniform platform (every member pair alpha, beta; each member sends and
 // receives over its own link): the formulas of simulators.md section 5.
-double closed_form_time(core::CollectiveKind kind, Algorithm algorithm, int p, double bytes, double alpha,
-                        double beta);
+double closed_form_time(core::CollectiveKind kind, Algorithm algorithm, int p, double bytes, double alpha, double beta);
 // Hierarchical closed form: m nodes of g members each, intra (alpha_i, beta_i), inter (alpha_e,
 // beta_e) with the g per-node shards travelling over g NICs in parallel.
 double hierarchical_closed_form_time(core::CollectiveKind kind, int g, int m, double bytes, const LinkCosts& costs);
