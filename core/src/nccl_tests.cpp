@@ -53,8 +53,14 @@ std::optional<Columns> header_columns(const std::vector<std::string>& header) {
 }  // namespace
 
 NcclTestsResult read_nccl_tests(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot read the file", path));
+  std::ifstream file(path);
+  std::ostringstream text;
+  if (!file || !(text << file.rdbuf())) throw InputError(fmt::format("{}: cannot read the file", path));
+  return parse_nccl_tests(text.str(), path);
+}
+
+NcclTestsResult parse_nccl_tests(const std::string& text, const std::string& path) {
+  std::istringstream in(text);
   // "#  Rank  0 Group  0 Pid   6899 on ztan-mig-235z device  0 [0000:04:00] NVIDIA H100 80GB HBM3"
   // (before nccl-tests had groups: no "Group 0")
   static const std::regex rank_line(
@@ -67,7 +73,10 @@ NcclTestsResult read_nccl_tests(const std::string& path) {
     const std::string where = fmt::format("{}:{}", path, number_of_line);
     std::smatch match;
     if (std::regex_match(line, match, rank_line)) {
-      const int rank = std::stoi(match[1].str());
+      const std::optional<double> listed = number(match[1].str());
+      if (!listed || *listed > (1 << 24))
+        throw InputError(fmt::format("{}: rank {} is out of range", where, match[1].str()));
+      const int rank = static_cast<int>(*listed);
       if (std::find(ranks_seen.begin(), ranks_seen.end(), rank) != ranks_seen.end())
         throw InputError(fmt::format("{}: rank {} is listed twice (one run per file)", where, rank));
       ranks_seen.push_back(rank);

@@ -67,9 +67,10 @@ MeasuredCurve read_measured_curve(const core::JsonReader& node) {
   if (nodes < 1 || nodes > ranks)
     node.at("nodes").fail(fmt::format("expected 1 to {} nodes (the ranks), got {}", ranks, nodes));
   curve.nodes = static_cast<int>(nodes);
-  const auto positive = [](double v) { return v > 0 && std::isfinite(v); };
-  curve.bytes = read_numbers(node.at("bytes"), "a positive number of bytes", positive);
-  std::vector<double> us = read_numbers(node.at("us"), "a positive number of microseconds", positive);
+  curve.bytes = read_numbers(node.at("bytes"), "a number of bytes from 1 to 2^50",
+                             [](double v) { return v >= 1 && v <= 1125899906842624.0; });
+  std::vector<double> us = read_numbers(node.at("us"), "a positive number of microseconds up to 1e9",
+                                        [](double v) { return v > 0 && v <= 1e9; });
   if (curve.bytes.size() < 2) node.at("bytes").fail("expected at least two sizes");
   if (us.size() != curve.bytes.size())
     node.at("us").fail(fmt::format("expected one time per size ({}), got {}", curve.bytes.size(), us.size()));

@@ -528,7 +528,9 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
   const NetworkModel& network = platform_.cost.network;
   const Protocol* entry = schedule && !nvls ? measured_entry(op) : nullptr;
   const MeasuredCurve* curve =
-      entry ? entry->measured_on(folding_.groups[op.group].full_size, nodes_spanned(op, instance)) : nullptr;
+      entry && !entry->measured.empty()
+          ? entry->measured_on(folding_.groups[op.group].full_size, nodes_spanned(op, instance))
+          : nullptr;
   const Protocol* protocol = curve ? entry : schedule && !nvls ? protocol_for(op, *schedule, member_nodes) : nullptr;
   slot.protocol = protocol;
   const double overhead = curve      ? 0

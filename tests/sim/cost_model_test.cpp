@@ -545,7 +545,7 @@ TEST(PerKind, BadMeasuredCurvesNameTheirField) {
   EXPECT_EQ(apply_error("bad_measured_time.yaml"),
             kData +
                 "bad_measured_time.yaml: network.per_kind.all_gather.measured[0].us[1]: expected a positive "
-                "number of microseconds, got -600");
+                "number of microseconds up to 1e9, got -600");
 }
 
 // A collective that starts while its rank's compute stream works (or is about to: its next op is

@@ -32,5 +32,7 @@ struct NcclTestsResult {
 // Throws InputError naming the file (and the line) on output that is not nccl-tests': no rank
 // lines, no column header, a row that does not fit the header, sizes out of order, mixed types.
 NcclTestsResult read_nccl_tests(const std::string& path);
+// The same for text in memory; `origin` names it in errors.
+NcclTestsResult parse_nccl_tests(const std::string& text, const std::string& origin);
 
 }  // namespace stratsim::core
