@@ -10,9 +10,11 @@
 # the error of the means; the collective time of the steady iterations, all instances summed,
 # and `compare`'s mean |error| per collective op (every op, the first iteration's too).
 #
-#   bash benchmarks/accuracy/gloo.sh [BUILD_DIR] [PLATFORM.yaml]
+#   bash benchmarks/accuracy/gloo.sh [BUILD_DIR] [PLATFORM.yaml...]
 #
-# Without PLATFORM it calibrates first (about 75 s); the runs take about 4 min
+# Without PLATFORM it calibrates first (about 75 s). With several, each plan is measured once and
+# simulated on every platform, one table per platform: calibrations (or models) compared on the
+# same measured runs, free of the run-to-run noise of this VM. The runs take about 4 min
 # (GLOO_ACCURACY_RUNS=1: 80 s). The model is zoo:Net:dim=1024 (four 1024 x
 # 1024 Linears) at batch 32 per rank: GEMMs of milliseconds, 16 MiB of gradients. Exit status 0
 # only when every row has its median step error within 10 % and its collective time within 20 %.
@@ -22,10 +24,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 stratsim=$(cd "$build" && pwd)/stratsim
 work=$(mktemp -d /tmp/stratsim-gloo-accuracy.XXXXXX)
 trap 'rm -rf "$work"' EXIT INT TERM
-platform=${2:-}
-if [[ -z "$platform" ]]; then
-  platform=$work/calibrated.yaml
-  "$stratsim" calibrate --quiet -o "$platform" >&2
+platforms=("${@:2}")
+if ((${#platforms[@]} == 0)); then
+  platforms=("$work/calibrated.yaml")
+  "$stratsim" calibrate --quiet -o "${platforms[0]}" >&2
 fi
 model=zoo:Net:dim=1024
 # Nine iterations: the first (DDP's broadcast, first use of every buffer) and eight steady ones,
@@ -34,23 +36,9 @@ iterations=9
 # Each plan runs `runs` times (the VM's noise moves one run by as much as the goal); the rows pool
 # their steady steps.
 runs=${GLOO_ACCURACY_RUNS:-3}
-echo "| plan | ranks | measured step (runs' range) | simulated step | step error (median of steps) | step error (of means) | collective time error | collectives mean \\|error\\| per op |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|"
-failed=0
-for template in "$here"/gloo/*.yaml; do
-  name=$(basename "$template" .yaml)
-  for ranks in 2 4; do
-    plan=$work/$name-$ranks.yaml
-    sed -e "s/__WORLD__/$ranks/" -e "s/__REPLICAS__/$((ranks / 2))/" "$template" > "$plan"
-    "$stratsim" simulate --quiet --model "$model" --plan "$plan" --iterations "$iterations" --platform "$platform" \
-      --json -o "$work/sim.json"
-    pairs=()
-    for ((r = 1; r <= runs; r++)); do
-      "$stratsim" run --quiet --model "$model" --plan "$plan" --iterations "$iterations" --json -o "$work/run$r.json"
-      "$stratsim" compare "$work/sim.json" "$work/run$r.json" --json -o "$work/cmp$r.json"
-      pairs+=("$work/cmp$r.json" "$work/run$r.json")
-    done
-    row=$(perl -MJSON::PP -MList::Util=sum,min,max -e '
+# One row of a platform's table: the simulation against the measured runs of one plan.
+row() {
+  perl -MJSON::PP -MList::Util=sum,min,max -e '
       sub load { local $/; open my $f, "<", $_[0] or die "$_[0]: $!"; decode_json(<$f>) }
       sub median { my @v = sort { $a <=> $b } @_; @v % 2 ? $v[$#v / 2] : ($v[@v / 2 - 1] + $v[@v / 2]) / 2 }
       # Collective time of the steady iterations, all instances summed: from the end of step 1 on.
@@ -78,12 +66,45 @@ for template in "$here"/gloo/*.yaml; do
       printf "%.1f ms (%.1f-%.1f)|%.1f ms|%+.1f %%|%+.1f %%|%+.1f %%|%.1f %%|%d", 1e3 * $m, 1e3 * min(@run_means),
         1e3 * max(@run_means), 1e3 * $p, 100 * $median, 100 * ($p / $m - 1), 100 * $collective_error,
         100 * sum(@per_op) / @per_op, $ok ? 1 : 0;
-    ' "$work/sim.json" "${pairs[@]}")
-    IFS='|' read -r measured simulated step_error mean_error coll_time coll_error ok <<< "$row"
-    [[ $ok == 1 ]] || failed=$((failed + 1))
-    echo "| $name | $ranks | $measured | $simulated | $step_error | $mean_error | $coll_time | $coll_error |"
+    ' "$@"
+}
+declare -a failed
+for k in "${!platforms[@]}"; do
+  failed[k]=0
+  {
+    echo "| plan | ranks | measured step (runs' range) | simulated step | step error (median of steps) | step error (of means) | collective time error | collectives mean \\|error\\| per op |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+  } > "$work/table-$k.md"
+done
+for template in "$here"/gloo/*.yaml; do
+  name=$(basename "$template" .yaml)
+  for ranks in 2 4; do
+    plan=$work/$name-$ranks.yaml
+    sed -e "s/__WORLD__/$ranks/" -e "s/__REPLICAS__/$((ranks / 2))/" "$template" > "$plan"
+    for ((r = 1; r <= runs; r++)); do
+      "$stratsim" run --quiet --model "$model" --plan "$plan" --iterations "$iterations" --json -o "$work/run$r.json"
+    done
+    for k in "${!platforms[@]}"; do
+      "$stratsim" simulate --quiet --model "$model" --plan "$plan" --iterations "$iterations" \
+        --platform "${platforms[k]}" --json -o "$work/sim.json"
+      pairs=()
+      for ((r = 1; r <= runs; r++)); do
+        "$stratsim" compare "$work/sim.json" "$work/run$r.json" --json -o "$work/cmp$r.json"
+        pairs+=("$work/cmp$r.json" "$work/run$r.json")
+      done
+      IFS='|' read -r measured simulated step_error mean_error coll_time coll_error ok <<< "$(row "$work/sim.json" "${pairs[@]}")"
+      [[ $ok == 1 ]] || failed[k]=$((failed[k] + 1))
+      echo "| $name | $ranks | $measured | $simulated | $step_error | $mean_error | $coll_time | $coll_error |" >> "$work/table-$k.md"
+    done
   done
 done
-echo
-echo "$failed of 20 cases outside the goal (median step error within 10 %, collective time within 20 %)"
-[[ $failed == 0 ]]
+status=0
+for k in "${!platforms[@]}"; do
+  ((${#platforms[@]} == 1)) || printf '%s\n\n' "platform ${platforms[k]}:"
+  cat "$work/table-$k.md"
+  echo
+  echo "${failed[k]} of 20 cases outside the goal (median step error within 10 %, collective time within 20 %)"
+  ((${#platforms[@]} == 1)) || echo
+  ((failed[k] == 0)) || status=1
+done
+exit "$status"
