@@ -63,6 +63,10 @@ Enum parse_enum(const JsonReader& node, const EnumNames<Enum, N>& names) {
 
 std::string_view phase_name(Phase phase) { return kPhaseNames.name(phase); }
 std::string_view collective_kind_name(CollectiveKind kind) { return kCollectiveKindNames.name(kind); }
+std::optional<CollectiveKind> find_collective_kind(std::string_view name) { return kCollectiveKindNames.parse(name); }
+bool runs_in_place(CollectiveKind kind) {
+  return kind == CollectiveKind::all_reduce || kind == CollectiveKind::broadcast;
+}
 std::string_view op_role_name(OpRole role) { return kRoleNames.name(role); }
 
 Phase parse_phase(const JsonReader& node) { return parse_enum(node, kPhaseNames); }

@@ -295,23 +295,15 @@ struct NcclTestsInput {
 
 NcclTestsInput read_nccl_tests_input(const std::string& argument) {
   const auto equals = argument.find('=');
-  const std::string kind = argument.substr(0, equals);
-  for (core::CollectiveKind k :
-       {core::CollectiveKind::all_reduce, core::CollectiveKind::all_gather, core::CollectiveKind::reduce_scatter,
-        core::CollectiveKind::broadcast, core::CollectiveKind::all_to_all})
-    if (equals != std::string::npos && core::collective_kind_name(k) == kind) {
-      const std::string file = argument.substr(equals + 1);
-      return {k, file, core::read_nccl_tests(file)};
-    }
-  throw InputError(fmt::format(
-      "--nccl-tests {}: expected KIND=FILE, KIND one of all_reduce, all_gather, reduce_scatter, broadcast, all_to_all",
-      argument));
-}
-
-// All-reduces and broadcasts run in place in stratsim's programs (DDP's buckets, NO_SHARD
-// gradients, parameter broadcasts); all-gathers, reduce-scatters and all-to-alls out of place.
-bool in_place(core::CollectiveKind kind) {
-  return kind == core::CollectiveKind::all_reduce || kind == core::CollectiveKind::broadcast;
+  const std::optional<core::CollectiveKind> kind =
+      equals == std::string::npos ? std::nullopt : core::find_collective_kind(argument.substr(0, equals));
+  if (!kind || *kind == core::CollectiveKind::scatter)
+    throw InputError(
+        fmt::format("--nccl-tests {}: expected KIND=FILE, KIND one of all_reduce, all_gather, reduce_scatter, "
+                    "broadcast, all_to_all",
+                    argument));
+  const std::string file = argument.substr(equals + 1);
+  return {*kind, file, core::read_nccl_tests(file)};
 }
 
 // A cost model of measured curves (sim/cost_model.hpp, MeasuredCurve), one per kind and group shape.
@@ -345,7 +337,7 @@ std::string nccl_tests_cost_model(const std::vector<NcclTestsInput>& inputs) {
       std::vector<std::string> bytes, us;
       for (const core::NcclTestsRow& row : r.rows) {
         bytes.push_back(fmt::format("{}", static_cast<std::int64_t>(row.bytes)));
-        us.push_back(fmt::format("{:g}", in_place(kind) ? row.in_place_us : row.out_of_place_us));
+        us.push_back(fmt::format("{:g}", core::runs_in_place(kind) ? row.in_place_us : row.out_of_place_us));
       }
       const std::string hosts = r.hosts.size() <= 3 ? fmt::format("{}", fmt::join(r.hosts, ", "))
                                                     : fmt::format("{}, {}, ...", r.hosts[0], r.hosts[1]);
@@ -371,7 +363,7 @@ int run_nccl_tests_import(const CalibrateArgs& args) {
     std::cout << fmt::format("stratsim calibrate: {} from {}: {} sizes on {} ranks over {} node{}, {:g} us at {} B\n",
                              core::collective_kind_name(input.kind), input.file, input.result.rows.size(),
                              input.result.ranks, input.result.nodes, input.result.nodes > 1 ? "s" : "",
-                             in_place(input.kind) ? largest.in_place_us : largest.out_of_place_us,
+                             core::runs_in_place(input.kind) ? largest.in_place_us : largest.out_of_place_us,
                              static_cast<std::int64_t>(largest.bytes));
   }
   std::cout << fmt::format("stratsim calibrate: wrote {} (a cost model: `cost_model: {}` in a platform description)\n",

@@ -188,8 +188,8 @@ class RankExecutor {
     call.dtype = op.dtype;
     call.output = resources.buffer(1, static_cast<std::size_t>(op.output_bytes));
     call.tag = static_cast<std::uint32_t>(op.id);
-    const bool in_place = op.kind == core::CollectiveKind::all_reduce || op.kind == core::CollectiveKind::broadcast;
-    call.input = in_place ? call.output : resources.buffer(0, static_cast<std::size_t>(op.input_bytes));
+    call.input =
+        core::runs_in_place(op.kind) ? call.output : resources.buffer(0, static_cast<std::size_t>(op.input_bytes));
     comm.run(call);
     record_.algorithms[op.id] = comm.algorithm(op.kind);
   }

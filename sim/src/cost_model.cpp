@@ -20,13 +20,10 @@ namespace {
 using detail::read_fraction;
 using detail::read_microseconds;
 
-// The collective kind named `name` ("all_reduce"), if any.
+// The collective kind named `name` ("all_reduce"), if any; a scatter has no measured costs.
 std::optional<core::CollectiveKind> kind_named(const std::string& name) {
-  for (core::CollectiveKind kind :
-       {core::CollectiveKind::all_reduce, core::CollectiveKind::all_gather, core::CollectiveKind::reduce_scatter,
-        core::CollectiveKind::broadcast, core::CollectiveKind::all_to_all})
-    if (core::collective_kind_name(kind) == name) return kind;
-  return std::nullopt;
+  const std::optional<core::CollectiveKind> kind = core::find_collective_kind(name);
+  return kind == core::CollectiveKind::scatter ? std::nullopt : kind;
 }
 
 double read_slowdown(const core::JsonReader& node) {

@@ -145,7 +145,7 @@ class Simulation {
   const Protocol* measured_entry(const ProgramOp& op) const;
   int nodes_spanned(const ProgramOp& op, int instance);
   void run_schedule(const Schedule& schedule, const std::vector<sg4::Host*>& hosts,
-                    const std::vector<int>& member_nodes, const Protocol* protocol, double scale);
+                    const std::vector<int>& member_nodes, const Protocol* protocol, double scale, bool steps = true);
   void run_measured(const ProgramOp& op, const MeasuredCurve& curve, const Schedule& schedule,
                     const std::vector<sg4::Host*>& hosts, const std::vector<int>& member_nodes, double slowdown);
   void finish_op(SimRank& rank, const ProgramOp& op, const OpTiming& timing);
@@ -174,7 +174,9 @@ class Simulation {
   std::vector<int> node_local_;                      // per program group: -1 unknown, 0 or 1
   std::map<std::tuple<int, int, double, int, std::vector<int>>, Schedule> schedule_cache_;
   std::map<std::tuple<int, double, int, int>, Algorithm> algorithm_cache_;  // kind, bytes, group, full instance
-  std::map<const Schedule*, const Protocol*> protocol_cache_;               // schedule_cache_ entries are stable
+  std::map<const Schedule*, const Protocol*> protocol_cache_;
+  std::map<const Schedule*, ScheduleCost> flows_cost_cache_;  // a measured curve's flows alone, per schedule //
+                                                              // schedule_cache_ entries are stable
   std::int64_t flows_ = 0;
   // A CPU host with fewer cores than rank processes: ranks compute at the same time (SPMD), so
   // each gets cores / processes of a core.
@@ -555,11 +557,13 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
   slot.finished->notify_all();
 }
 
-// A schedule's flows, each carrying `scale` times its bytes, then each phase's remaining latency
-// steps (the route's latency, and the protocol's per step): phase after phase, or, pipelined, every
-// phase's flows at once and the latency steps after them (collective.hpp, Schedule::pipelined).
+// A schedule's flows, each carrying `scale` times its bytes, then (with `steps`) each phase's
+// remaining latency steps (the route's latency, and the protocol's per step): phase after phase,
+// or, pipelined, every phase's flows at once and the latency steps after them (collective.hpp,
+// Schedule::pipelined).
 void Simulation::run_schedule(const Schedule& schedule, const std::vector<sg4::Host*>& hosts,
-                              const std::vector<int>& member_nodes, const Protocol* protocol, double scale) {
+                              const std::vector<int>& member_nodes, const Protocol* protocol, double scale,
+                              bool steps) {
   std::vector<Flow> pipeline;
   double pipeline_wait = 0;
   for (const SchedulePhase& phase : schedule.phases) {
@@ -569,8 +573,8 @@ void Simulation::run_schedule(const Schedule& schedule, const std::vector<sg4::H
       crosses_nodes = crosses_nodes || member_nodes[flow.src] != member_nodes[flow.dst];
       if (phase.latency_steps > 1) alpha = std::max(alpha, route(hosts[flow.src], hosts[flow.dst]).latency);
     }
-    double wait = (phase.latency_steps - 1) * alpha;
-    if (protocol && !phase.flows.empty())
+    double wait = steps ? (phase.latency_steps - 1) * alpha : 0;
+    if (steps && protocol && !phase.flows.empty())
       wait += phase.latency_steps * (crosses_nodes ? protocol->step_latency_inter : protocol->step_latency_intra);
     if (schedule.pipelined) {
       pipeline.insert(pipeline.end(), phase.flows.begin(), phase.flows.end());
@@ -604,14 +608,18 @@ void Simulation::run_measured(const ProgramOp& op, const MeasuredCurve& curve, c
   seconds *= slowdown;
   // The curve's time holds every latency step: the flows alone, which pay their routes' latency
   // (each phase's once, a pipeline's once), stretched to take the rest.
-  Schedule flows_only = schedule;
-  for (SchedulePhase& phase : flows_only.phases) phase.latency_steps = 1;
-  const ScheduleCost ideal = estimate_parts(flows_only, member_nodes, costs_);
+  auto [it, inserted] = flows_cost_cache_.try_emplace(&schedule);
+  if (inserted) {
+    Schedule flows_only = schedule;
+    for (SchedulePhase& phase : flows_only.phases) phase.latency_steps = 1;
+    it->second = estimate_parts(flows_only, member_nodes, costs_);
+  }
+  const ScheduleCost& ideal = it->second;
   if (!(ideal.bandwidth > 0) || !(seconds > ideal.latency)) {
     sg4::this_actor::sleep_for(seconds);
     return;
   }
-  run_schedule(flows_only, hosts, member_nodes, nullptr, (seconds - ideal.latency) / ideal.bandwidth);
+  run_schedule(schedule, hosts, member_nodes, nullptr, (seconds - ideal.latency) / ideal.bandwidth, false);
 }
 
 // A group of one moves nothing over the network, but an out-of-place collective still fills its

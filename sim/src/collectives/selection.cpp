@@ -112,9 +112,12 @@ double estimate_time(const Schedule& schedule, const std::vector<int>& member_no
 
 namespace {
 
-void check_flow(const SchedulePhase& phase, const Flow& flow, int p) {
+// The link class a flow of the phase uses: 0 inside a node (NVLink), 1 across nodes (its NIC).
+int link_class(const SchedulePhase& phase, const Flow& flow, const std::vector<int>& member_nodes) {
+  const int p = static_cast<int>(member_nodes.size());
   if (flow.src < 0 || flow.src >= p || flow.dst < 0 || flow.dst >= p)
     fail(fmt::format("phase '{}' has a flow {} -> {} outside the group of {}", phase.label, flow.src, flow.dst, p));
+  return member_nodes[flow.src] == member_nodes[flow.dst] ? 0 : 1;
 }
 
 // A pipelined schedule (Schedule::pipelined): every phase's flows at once, so each member's links
@@ -133,8 +136,7 @@ ScheduleCost estimate_pipelined(const Schedule& schedule, const std::vector<int>
     double phase_alpha = 0;
     bool crosses_nodes = false;
     for (const Flow& flow : phase.flows) {
-      check_flow(phase, flow, p);
-      const int c = member_nodes[flow.src] == member_nodes[flow.dst] ? 0 : 1;
+      const int c = link_class(phase, flow, member_nodes);
       crosses_nodes = crosses_nodes || c == 1;
       phase_alpha = std::max(phase_alpha, alpha[c]);
       used[c] = true;
@@ -163,6 +165,7 @@ ScheduleCost estimate_parts(const Schedule& schedule, const std::vector<int>& me
   check_costs(costs);
   if (schedule.pipelined) return estimate_pipelined(schedule, member_nodes, costs);
   const int p = static_cast<int>(member_nodes.size());
+  const double alphas[2] = {costs.alpha_intra, costs.alpha_inter}, betas[2] = {costs.beta_intra, costs.beta_inter};
   std::vector<double> egress(p, 0.0), ingress(p, 0.0);
   std::vector<int> touched;
   ScheduleCost total;
@@ -170,11 +173,10 @@ ScheduleCost estimate_parts(const Schedule& schedule, const std::vector<int>& me
     double alpha = 0;
     bool crosses_nodes = false;
     for (const Flow& flow : phase.flows) {
-      check_flow(phase, flow, p);
-      const bool intra = member_nodes[flow.src] == member_nodes[flow.dst];
-      crosses_nodes = crosses_nodes || !intra;
-      alpha = std::max(alpha, intra ? costs.alpha_intra : costs.alpha_inter);
-      const double seconds = flow.bytes * (intra ? costs.beta_intra : costs.beta_inter);
+      const int c = link_class(phase, flow, member_nodes);
+      crosses_nodes = crosses_nodes || c == 1;
+      alpha = std::max(alpha, alphas[c]);
+      const double seconds = flow.bytes * betas[c];
       touched.push_back(flow.src);
       touched.push_back(flow.dst);
       egress[flow.src] += seconds;

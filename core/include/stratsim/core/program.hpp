@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ enum class OpType { compute, collective };
 
 std::string_view phase_name(Phase phase);
 std::string_view collective_kind_name(CollectiveKind kind);
+std::optional<CollectiveKind> find_collective_kind(std::string_view name);  // nullopt for an unknown name
+// All-reduces and broadcasts run in place in stratsim's programs (DDP's buckets, NO_SHARD
+// gradients, parameter broadcasts); all-gathers, reduce-scatters, all-to-alls and scatters out of place.
+bool runs_in_place(CollectiveKind kind);
 
 // What an op acts on, for consumers that run it on real values (`stratsim run --train`) rather
 // than on sizes only. Timing consumers ignore it.
