@@ -73,7 +73,14 @@ TEST(NcclTests, WhatIsNotItsOutputFailsWithTheLine) {
   EXPECT_EQ(error_of(ranks + header + "  1024  256  float  sum  -1  10.0\n"),
             ":4: expected 13 columns as the header names, got 6");
   EXPECT_EQ(error_of(ranks + header + "  1024  256  float  sum  -1  fast  0.1  0.1  0  9.0  0.1  0.1  0\n"),
-            ":4: expected positive times in microseconds, got \"fast\" and \"9.0\"");
+            ":4: expected positive times in microseconds up to 1e9, got \"fast\" and \"9.0\"");
+  EXPECT_EQ(error_of(ranks + header + "  1024  256  float  sum  -1  10.0  0.1  0.1  0  2e9  0.1  0.1  0\n"),
+            ":4: expected positive times in microseconds up to 1e9, got \"10.0\" and \"2e9\"");
+  // A size past what a double holds as an integer once fell into an int64 cast (fuzzer, CI).
+  EXPECT_EQ(error_of(ranks + header + row1 +
+                     "  1022222222222222222222222222222  1  float  sum  -1  12.0  0.1  0.1  0  "
+                     "11.0  0.1  0.1  0\n"),
+            ":5: size 1022222222222222222222222222222 is over 2^50 bytes (stratsim's limit per collective)");
   EXPECT_EQ(error_of(ranks + ranks), ":3: rank 0 is listed twice (one run per file)");
   EXPECT_THROW(read_nccl_tests(kData + "missing.txt"), InputError);
 }
