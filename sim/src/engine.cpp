@@ -178,6 +178,9 @@ class Simulation {
   std::map<const Schedule*, ScheduleCost> flows_cost_cache_;  // a measured curve's flows alone, per schedule //
                                                               // schedule_cache_ entries are stable
   std::int64_t flows_ = 0;
+  // The first flow an XML platform has no path for ("gpu0 to gpu1"): SimGrid would abort on its
+  // send, so it is skipped and the run ends in an InputError naming the file.
+  std::string missing_route_;
   // A CPU host with fewer cores than rank processes: ranks compute at the same time (SPMD), so
   // each gets cores / processes of a core.
   double host_contention_ = 1;
@@ -267,6 +270,11 @@ SimResult Simulation::run(RankMode mode) {
                          sim_ranks_[s].host, [this, s, stream] { run_stream(s, stream); });
     }
   sg4::Engine::get_instance()->run();
+  if (!missing_route_.empty())
+    throw core::InputError(fmt::format(
+        "{}: no route from {}: expected a path between every two hosts whose ranks communicate (a <route> for each "
+        "pair under routing=\"Full\")",
+        platform_.xml_file.empty() ? "the platform" : platform_.xml_file, missing_route_));
   return collect(mode);
 }
 
@@ -687,8 +695,14 @@ void Simulation::run_flows(const std::vector<sg4::Host*>& hosts, std::span<const
     // Schedules split buffers evenly, so a tiny buffer over many ranks gives sub-byte flows;
     // SimGrid 3.32 serialises zero-byte comms, so every flow carries at least one byte.
     const auto bytes = static_cast<std::uint64_t>(std::max<long long>(1, std::llround(flow.bytes * scale)));
-    for (const sg4::Link* link : route(hosts[flow.src], hosts[flow.dst]).links)
-      link_bytes_[link] += static_cast<double>(bytes);
+    const Route& path = route(hosts[flow.src], hosts[flow.dst]);
+    // SimGrid's network model asserts a path (a link or some latency) between distinct hosts.
+    if (path.links.empty() && !(path.latency > 0) && hosts[flow.src] != hosts[flow.dst]) {
+      if (missing_route_.empty())
+        missing_route_ = fmt::format("{} to {}", hosts[flow.src]->get_cname(), hosts[flow.dst]->get_cname());
+      continue;
+    }
+    for (const sg4::Link* link : path.links) link_bytes_[link] += static_cast<double>(bytes);
     comms.push_back(sg4::Comm::sendto_async(hosts[flow.src], hosts[flow.dst], bytes));
   }
   flows_ += static_cast<std::int64_t>(comms.size());

@@ -170,6 +170,21 @@ TEST(SimulateCli, AnXmlPlatformSimGridAbortsOnIsOneLineNamingTheFile) {
   }
 }
 
+// A platform SimGrid loads but that has no path between two hosts whose ranks talk: SimGrid's
+// network model would abort on the first send (fuzzer finding); stratsim names the file and the
+// pair, exit 2.
+TEST(SimulateCli, AnXmlPlatformMissingARouteNamesTheFileAndThePair) {
+  const std::string file =
+      std::string(STRATSIM_SOURCE_DIR) + "/tests/fuzz/regressions/xml_platform/simgrid-aborts-on-a-missing-route.xml";
+  const CliRun r = run("simulate --quiet --platform " + file);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("stratsim: error: " + file +
+                       ": no route from gpu0 to gpu1: expected a path between every two hosts whose ranks communicate "
+                       "(a <route> for each pair under routing=\"Full\")\n"),
+            std::string::npos)
+      << r.out;
+}
+
 // SIGTERM to `simulate` while SimGrid runs in its child: the child dies with it (it used to run on,
 // reparented, holding gigabytes).
 TEST(SimulateCli, ASignalledSimulateLeavesNoSimulationProcess) {
