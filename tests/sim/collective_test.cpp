@@ -110,7 +110,8 @@ void check_conservation(CollectiveKind kind, Algorithm algorithm, int p, double 
   switch (kind) {
     case CollectiveKind::all_reduce: {
       EXPECT_TRUE(all_at_least(t.egress, share) && all_at_least(t.ingress, share));
-      const bool optimal = algorithm != Algorithm::tree && !folded_rhd;
+      // Trees are not bandwidth-optimal, nor is hierarchical across nodes: it runs a tree per rail.
+      const bool optimal = algorithm != Algorithm::tree && algorithm != Algorithm::hierarchical && !folded_rhd;
       if (optimal) {
         EXPECT_TRUE(all_equal(t.egress, 2 * share) && all_equal(t.ingress, 2 * share));
       }
@@ -277,7 +278,7 @@ TEST(CollectiveSchedules, FlowCountsPerPhase) {
   for (CollectiveKind kind : kKinds) {
     if (kind == CollectiveKind::all_to_all) continue;  // p(g-1) + p(m-1) flows by design
     for (const SchedulePhase& phase : build_schedule(kind, Algorithm::hierarchical, two_tier, MiB).phases)
-      EXPECT_LE(phase.flows.size(), static_cast<std::size_t>(p));
+      EXPECT_LE(phase.flows.size(), static_cast<std::size_t>(2 * p));  // a rail's two trees: 2 (m-1) flows
   }
   const Schedule pairwise = build_schedule(CollectiveKind::all_to_all, Algorithm::ring, own_nodes(64), MiB);
   EXPECT_EQ(pairwise.phases.size(), 63u);
@@ -425,17 +426,27 @@ TEST(CollectiveHierarchical, EstimateEqualsClosedForm) {
   }
 }
 
-// Uniform costs: hierarchical all-reduce meets the 2(p-1)/p n b bandwidth bound exactly.
-// Pipelined, the NVLink stages (2 (g-1)/g n) and the NIC stage (2 (m-1)/m n/g) move at once over
+// Uniform costs: pipelined, the NVLink stages (2 (g-1)/g n) and the rail's tree move at once over
 // their own links, so with equal link rates the NVLink stages decide: 1.75 n on 8 x 4, less than a
-// flat ring's 2 (p-1)/p n = 1.94 n (which the three stages one after another used to equal). The
-// latency: each stage's steps but the first fill the pipeline (2 (g-2) + 2m - 3), plus one.
+// flat ring's 2 (p-1)/p n = 1.94 n. With NICs 16 times slower the tree decides, and its busiest
+// node sends 2, 3 or 4 half-shard flows on 2, 3 or 4 nodes (a ring per rail would send 2 (m-1)/m
+// shards: 1, 1.33, 1.5). The latency: each stage's steps but the first fill the pipeline
+// (2 (g-2) + 2 (ceil(log2 m) - 1)), plus one.
 TEST(CollectiveHierarchical, UniformAllReducePipelinesItsStages) {
   const double n = GiB;
   const double bw = hierarchical_closed_form_time(CollectiveKind::all_reduce, 8, 4, n, {0, 1, 0, 1});
   EXPECT_NEAR(bw, 2.0 * 7 / 8 * n, 1e-6);
+  const LinkCosts slow_nics{0, 1, 0, 16};
+  for (int m : {2, 3, 4, 16}) {
+    const double flows = m == 2 ? 2 : m == 3 ? 3 : 4;
+    EXPECT_NEAR(hierarchical_closed_form_time(CollectiveKind::all_reduce, 8, m, n, slow_nics), flows * (n / 8 / 2) * 16,
+                1e-6)
+        << m << " nodes";
+  }
   const double lat = hierarchical_closed_form_time(CollectiveKind::all_reduce, 8, 4, n, {1, 0, 1, 0});
-  EXPECT_DOUBLE_EQ(lat, 2 * 6 + 5 + 1);
+  EXPECT_DOUBLE_EQ(lat, 2 * 6 + 2 * 1 + 1);
+  EXPECT_DOUBLE_EQ(hierarchical_closed_form_time(CollectiveKind::all_reduce, 8, 16, n, {1, 0, 1, 0}),
+                   2 * 6 + 2 * 3 + 1);
 }
 
 TEST(CollectiveHierarchical, FlatOrUnevenGroupsAreRejected) {
@@ -487,7 +498,11 @@ TEST(CollectiveSelect, TinyMessagesOnManyRanksUseLogarithmicAlgorithms) {
   for (int p : {1000, 1024}) {
     const std::vector<int> nodes = blocked_nodes(8, p / 8);
     for (const LinkCosts& costs : {kUniform, kTwoTier}) {
-      EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, nodes, KiB, costs), Algorithm::tree);
+      // Uniform links: the flat double binary tree (2 ceil(log2 p) steps). Two tiers: hierarchical,
+      // whose trees span the nodes (2 ceil(log2 m) slow steps) and whose rings stay on NVLink, as
+      // NCCL's tree chains a node's GPUs and builds its trees across nodes.
+      EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, nodes, KiB, costs),
+                costs.alpha_inter == costs.alpha_intra ? Algorithm::tree : Algorithm::hierarchical);
       // NCCL broadcasts over rings only; across nodes the per-tier chains have fewer latency terms.
       EXPECT_EQ(select_algorithm(CollectiveKind::broadcast, nodes, KiB, costs), Algorithm::hierarchical);
       EXPECT_EQ(select_algorithm(CollectiveKind::broadcast, own_nodes(p), KiB, costs), Algorithm::ring);
@@ -655,8 +670,19 @@ TEST(CollectiveFold, RingsAndRailsKeepEveryMembersTraffic) {
       const Schedule full = build_schedule(kind, shape.algorithm, full_nodes, MiB);
       const Schedule folded = build_folded_schedule(kind, shape.algorithm, folded_nodes, p, MiB);
       ASSERT_EQ(folded.phases.size(), full.phases.size());
-      const auto full_traffic = traffic(full, full_nodes);
+      auto full_traffic = traffic(full, full_nodes);
       const auto folded_traffic = traffic(folded, folded_nodes);
+      // Hierarchical all-reduce's rail trees load nodes unevenly; folded, every simulated member
+      // carries what the busiest member of the full trees does, phase by phase.
+      if (shape.algorithm == Algorithm::hierarchical && kind == CollectiveKind::all_reduce)
+        for (auto& members : full_traffic) {
+          MemberTraffic busiest;
+          for (const MemberTraffic& t : members)
+            busiest = {std::max(busiest.egress_intra, t.egress_intra), std::max(busiest.egress_inter, t.egress_inter),
+                       std::max(busiest.ingress_intra, t.ingress_intra),
+                       std::max(busiest.ingress_inter, t.ingress_inter)};
+          std::fill(members.begin(), members.end(), busiest);
+        }
       for (std::size_t k = 0; k < full.phases.size(); ++k) {
         EXPECT_EQ(folded.phases[k].latency_steps, full.phases[k].latency_steps);
         for (std::size_t i = 0; i < folded_nodes.size(); ++i) {

@@ -143,6 +143,12 @@ Schedule ring_schedule(CollectiveKind kind, int p, double bytes, int full);
 double ring_closed_form(CollectiveKind kind, int p, double n, double a, double b);
 
 // tree.cpp: double binary tree all-reduce (foldable: `full` as for rings), binomial broadcast.
+// NCCL's double binary tree over p members: a member's parent in tree 0 or 1 (-1 at the root), the
+// deeper tree's depth in edges, and how many half-buffer flows the busiest member sends (and
+// receives) over an all-reduce's reduce and broadcast: 2 for p = 2, 3 for p = 3, 4 from 4.
+int dtree_parent(int tree, int rank, int p);
+int dtree_depth(int p);
+int dtree_busiest_flows(int p);
 Schedule tree_all_reduce(int p, double bytes, int full);
 Schedule tree_schedule(CollectiveKind kind, int p, double bytes);
 double tree_closed_form(CollectiveKind kind, int p, double n, double a, double b);

@@ -1,14 +1,17 @@
-// Hierarchical: rings inside each node over NVLink, and across nodes one ring per rail (the members
-// with the same local index), so the g shards of a node cross the inter-node fabric over g NICs in
-// parallel (simulators.md section 5, invariant 2): all-reduce is an intra-node reduce-scatter, an
-// inter-node all-reduce of n/g per rail, and an intra-node all-gather, pipelined as NCCL pipelines
-// its tree across nodes (chunks of all three stages in flight at once): 2 (g-1)/g n per member
-// moves at NVLink speed and 2(m-1)/m n/g at NIC speed at the same time, so the slower of the two
-// decides, and across nodes that is the NICs. (Run one after another, the three would cap 16 H100s
-// on two nodes with 25 GB/s NICs at 211 GB/s busbw; nccl-tests measured 339, above the 200 a ring
-// through the same NICs reaches: benchmarks/README.md, "Across nodes".) All-gather gathers across nodes first (so the
-// fast intra-node step moves the bulk), reduce-scatter the reverse; broadcast chains across nodes on the root's rail,
-// then inside each node; all-to-all is rail-aligned (PXN-like) in two steps.
+// Hierarchical: rings inside each node over NVLink, and across nodes one double binary tree per
+// rail (the members with the same local index), so the g shards of a node cross the inter-node
+// fabric over g NICs in parallel (simulators.md section 5, invariant 2). All-reduce is NCCL's tree
+// as it runs across nodes: an intra-node reduce-scatter, an all-reduce of n/g per rail over NCCL's
+// double binary tree of the nodes, and an intra-node all-gather, pipelined (chunks of all stages in
+// flight at once): 2 (g-1)/g n per member moves at NVLink speed while the busiest node of the
+// trees moves n/g (2 nodes), 1.5 n/g (3) or 2 n/g (4 and more) through its NIC, so the slower of
+// the two decides, and across nodes that is the NICs. (Run one after another, the three would cap
+// 16 H100s on two nodes with 25 GB/s NICs at 211 GB/s busbw; nccl-tests measured 339, above the
+// 200 a ring through the same NICs reaches. From 4 nodes the tree's 2 n/g caps 8 x 400 Gb/s NICs
+// at about 380 GB/s busbw, as nccl-tests measured on two clusters where a ring per rail would
+// allow 500: benchmarks/README.md, "Across nodes".) All-gather gathers across nodes first (so the
+// fast intra-node step moves the bulk), reduce-scatter the reverse; broadcast chains across nodes
+// on the root's rail, then inside each node; all-to-all is rail-aligned (PXN-like) in two steps.
 
 #include "common.hpp"
 
@@ -63,6 +66,32 @@ SchedulePhase groups_all_pairs_phase(std::string label, const std::vector<std::v
   return phase;
 }
 
+// All-reduce across nodes: on each rail, NCCL's double binary tree of the nodes reduces the rail's
+// shard up (each tree half of it) and broadcasts it down, each phase as deep as the full trees.
+// Folded (full_m > the simulated nodes), a rail closes into a ring whose members each carry what
+// the busiest node of the full trees does, so that every simulated member's NIC is as loaded.
+void append_rail_trees(Schedule& schedule, const NodeLayout& layout, double shard, int full_m) {
+  const int m = layout.m(), depth = dtree_depth(full_m);
+  SchedulePhase reduce = make_phase("inter tree reduce", depth);
+  SchedulePhase broadcast = make_phase("inter tree broadcast", depth);
+  for (const auto& rail : layout.rails()) {
+    if (full_m > m) {
+      const double per_phase = dtree_busiest_flows(full_m) * (shard / 2) / 2;
+      add_ring(reduce, rail, per_phase);
+      add_ring(broadcast, rail, per_phase);
+      continue;
+    }
+    for (int tree = 0; tree < 2; ++tree)
+      for (int node = 0; node < m; ++node)
+        if (const int parent = dtree_parent(tree, node, m); parent >= 0) {
+          add_flow(reduce, rail[node], rail[parent], shard / 2);
+          add_flow(broadcast, rail[parent], rail[node], shard / 2);
+        }
+  }
+  append(schedule, std::move(reduce));
+  append(schedule, std::move(broadcast));
+}
+
 }  // namespace
 
 // `full_m` is the node count of the group the schedule stands for: folded, the rails close over
@@ -75,7 +104,7 @@ Schedule hierarchical_schedule(CollectiveKind kind, const NodeLayout& layout, do
   switch (kind) {
     case CollectiveKind::all_reduce:
       append(schedule, rings_phase("intra reduce-scatter", g - 1, layout.nodes, ring_pass_bytes(g, bytes)));
-      append(schedule, rings_phase("inter all-reduce", 2 * (m - 1), rails, 2 * ring_pass_bytes(m, shard)));
+      append_rail_trees(schedule, layout, shard, m);
       append(schedule, rings_phase("intra all-gather", g - 1, layout.nodes, ring_pass_bytes(g, bytes)));
       schedule.pipelined = true;
       break;
@@ -119,9 +148,11 @@ namespace stratsim::sim {
 using namespace collectives;
 
 // With shard = n/g:
-//   all_reduce      2(g-2)a_i + (2m-3)a_e + max(a_i + 2(g-1)/g n b_i, a_e + 2(m-1)/m shard b_e)
+//   all_reduce      2(g-2)a_i + 2(D-1)a_e + max(a_i + 2(g-1)/g n b_i, a_e + f/2 shard b_e)
 //                   (pipelined: the NVLink and NIC transfers at once, each flow paying its route's
-//                   latency once; the rest of each stage's steps fill the pipeline)
+//                   latency once; the rest of each stage's steps fill the pipeline. D: the double
+//                   binary tree's depth over m nodes, ceil(log2 m); f: the half-shard flows its
+//                   busiest node sends, 2 for m = 2, 3 for m = 3, 4 from 4)
 //   all_gather,     (g-1)a_i + (g-1)/g n b_i + (m-1)a_e + (m-1)/m shard b_e
 //   reduce_scatter  (same terms, the other order)
 //   broadcast       (m-1)a_e + n b_e + (g-1)a_i + n b_i          (two pipelined chains)
@@ -138,9 +169,9 @@ double hierarchical_closed_form_time(CollectiveKind kind, int g, int m, double b
   const double inter_pass = (m - 1) * costs.alpha_inter + ring_pass_bytes(m, shard) * costs.beta_inter;
   switch (kind) {
     case CollectiveKind::all_reduce:
-      return 2 * (g - 2) * costs.alpha_intra + (2 * m - 3) * costs.alpha_inter +
+      return 2 * (g - 2) * costs.alpha_intra + 2 * (dtree_depth(m) - 1) * costs.alpha_inter +
              std::max(costs.alpha_intra + 2 * ring_pass_bytes(g, n) * costs.beta_intra,
-                      costs.alpha_inter + 2 * ring_pass_bytes(m, shard) * costs.beta_inter);
+                      costs.alpha_inter + dtree_busiest_flows(m) * (shard / 2) * costs.beta_inter);
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter:
       return intra_pass + inter_pass;

@@ -16,9 +16,9 @@ namespace stratsim::sim::collectives {
 
 using core::CollectiveKind;
 
-namespace {
-
 // The double binary tree as NCCL builds it (trees.cc: ncclGetBtree, ncclGetDtree).
+
+namespace {
 
 // Parent of `rank` in NCCL's binary tree over [0, p) rooted at 0: the tree alternates leaves (odd
 // ranks) and internal nodes (even ranks). A rank with lowest set bit b hangs under the rank one
@@ -29,6 +29,8 @@ long long btree_parent(long long rank, long long p) {
   const long long up = (rank ^ bit) | (bit << 1);
   return up < p ? up : rank ^ bit;
 }
+
+}  // namespace
 
 // Parent in tree 0 (the btree) or tree 1: the mirror image for even p, the btree shifted by one
 // rank for odd p. Mirroring maps the even (internal) ranks of tree 0 onto odd ranks, so every
@@ -44,8 +46,10 @@ int dtree_parent(int tree, int rank, int p) {
   return up < 0 ? -1 : static_cast<int>(p - 1 - up);
 }
 
+namespace {
+
 // Depth in edges of one tree, by memoised walks to the root (O(p)).
-int dtree_depth(int tree, int p) {
+int tree_depth(int tree, int p) {
   std::vector<int> depth(p, -1);
   std::vector<int> path;
   int deepest = 0;
@@ -62,6 +66,22 @@ int dtree_depth(int tree, int p) {
   }
   return deepest;
 }
+
+}  // namespace
+
+int dtree_busiest_flows(int p) {
+  // Each member sends one half-buffer flow up each tree it has a parent in (reduce) and one down to
+  // each child (broadcast); it receives the mirror image, so egress and ingress are equal.
+  std::vector<int> flows(p, 0);
+  for (int tree = 0; tree < 2; ++tree)
+    for (int rank = 0; rank < p; ++rank)
+      if (const int parent = dtree_parent(tree, rank, p); parent >= 0) ++flows[rank], ++flows[parent];
+  return *std::max_element(flows.begin(), flows.end());
+}
+
+int dtree_depth(int p) { return std::max(tree_depth(0, p), tree_depth(1, p)); }
+
+namespace {
 
 // Binomial broadcast from member 0: at step k the 2^k members that have the buffer send it to
 // member + 2^k, doubling the holders each step.
@@ -83,7 +103,7 @@ Schedule binomial_broadcast(int p, double bytes) {
 // Folded (full > p), the trees span the simulated members with the full trees' depth: every
 // member still sends and receives what it would (one parent and at most two children per tree).
 Schedule tree_all_reduce(int p, double bytes, int full) {
-  const int depth = std::max(dtree_depth(0, full), dtree_depth(1, full));
+  const int depth = dtree_depth(full);
   SchedulePhase reduce = make_phase("double binary tree reduce", depth);
   SchedulePhase broadcast = make_phase("double binary tree broadcast", depth);
   reduce.flows.reserve(2 * p);
