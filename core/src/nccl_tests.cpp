@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "stratsim/core/errors.hpp"
+#include "stratsim/core/limits.hpp"
 
 namespace stratsim::core {
 namespace {
@@ -30,9 +31,6 @@ std::optional<double> number(const std::string& text) {
 }
 
 // Where the columns are: the header's tokens after '#', a data row's tokens line up with them.
-constexpr double kMaxBytes = 1125899906842624.0;  // 2^50
-constexpr double kMaxMicroseconds = 1e9;
-
 struct Columns {
   std::size_t size = 0, type = 0, out_of_place_time = 0, in_place_time = 0, count = 0;
 };
@@ -102,12 +100,14 @@ NcclTestsResult parse_nccl_tests(const std::string& text, const std::string& pat
           fmt::format("{}: expected {} columns as the header names, got {}", where, columns->count, words.size()));
     const std::optional<double> out_of_place = number(words[columns->out_of_place_time]);
     const std::optional<double> in_place = number(words[columns->in_place_time]);
-    // The cost model's bounds on a measured curve (sim/cost_model.cpp): what reads here, imports.
-    const auto time_in_range = [](const std::optional<double>& us) { return us && *us > 0 && *us <= kMaxMicroseconds; };
+    // The cost model's bounds on a measured curve (limits.hpp): what reads here, imports.
+    const auto time_in_range = [](const std::optional<double>& us) {
+      return us && *us > 0 && *us <= kMaxCollectiveMicroseconds;
+    };
     if (!time_in_range(out_of_place) || !time_in_range(in_place))
       throw InputError(fmt::format("{}: expected positive times in microseconds up to 1e9, got \"{}\" and \"{}\"",
                                    where, words[columns->out_of_place_time], words[columns->in_place_time]));
-    if (*size > kMaxBytes)
+    if (*size > static_cast<double>(kMaxCollectiveBytes))
       throw InputError(
           fmt::format("{}: size {} is over 2^50 bytes (stratsim's limit per collective)", where, words[0]));
     if (!result.dtype.empty() && words[columns->type] != result.dtype)

@@ -13,6 +13,7 @@
 #include "cost_model_data.hpp"
 #include "cost_model_fields.hpp"
 #include "stratsim/core/errors.hpp"
+#include "stratsim/core/limits.hpp"
 
 namespace stratsim::sim {
 namespace {
@@ -65,9 +66,9 @@ MeasuredCurve read_measured_curve(const core::JsonReader& node) {
     node.at("nodes").fail(fmt::format("expected 1 to {} nodes (the ranks), got {}", ranks, nodes));
   curve.nodes = static_cast<int>(nodes);
   curve.bytes = read_numbers(node.at("bytes"), "a number of bytes from 1 to 2^50",
-                             [](double v) { return v >= 1 && v <= 1125899906842624.0; });
+                             [](double v) { return v >= 1 && v <= static_cast<double>(core::kMaxCollectiveBytes); });
   std::vector<double> us = read_numbers(node.at("us"), "a positive number of microseconds up to 1e9",
-                                        [](double v) { return v > 0 && v <= 1e9; });
+                                        [](double v) { return v > 0 && v <= core::kMaxCollectiveMicroseconds; });
   if (curve.bytes.size() < 2) node.at("bytes").fail("expected at least two sizes");
   if (us.size() != curve.bytes.size())
     node.at("us").fail(fmt::format("expected one time per size ({}), got {}", curve.bytes.size(), us.size()));

@@ -74,11 +74,11 @@ void append_rail_trees(Schedule& schedule, const NodeLayout& layout, double shar
   const int m = layout.m(), depth = dtree_depth(full_m);
   SchedulePhase reduce = make_phase("inter tree reduce", depth);
   SchedulePhase broadcast = make_phase("inter tree broadcast", depth);
+  const double folded_per_phase = full_m > m ? dtree_busiest_flows(full_m) * (shard / 2) / 2 : 0;
   for (const auto& rail : layout.rails()) {
     if (full_m > m) {
-      const double per_phase = dtree_busiest_flows(full_m) * (shard / 2) / 2;
-      add_ring(reduce, rail, per_phase);
-      add_ring(broadcast, rail, per_phase);
+      add_ring(reduce, rail, folded_per_phase);
+      add_ring(broadcast, rail, folded_per_phase);
       continue;
     }
     for (int tree = 0; tree < 2; ++tree)

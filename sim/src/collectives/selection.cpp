@@ -120,6 +120,24 @@ int link_class(const SchedulePhase& phase, const Flow& flow, const std::vector<i
   return member_nodes[flow.src] == member_nodes[flow.dst] ? 0 : 1;
 }
 
+// One pass over a phase's flows, `on_flow(flow, link class)` for each: the phase's alpha (its
+// slowest class's) and its latency steps counted inside or between nodes. Both estimates walk
+// phases this way; they differ in how they add the flows up.
+template <class OnFlow>
+double walk_phase(const SchedulePhase& phase, const std::vector<int>& member_nodes, const double alpha[2],
+                  ScheduleCost& total, OnFlow&& on_flow) {
+  double phase_alpha = 0;
+  bool crosses_nodes = false;
+  for (const Flow& flow : phase.flows) {
+    const int c = link_class(phase, flow, member_nodes);
+    crosses_nodes = crosses_nodes || c == 1;
+    phase_alpha = std::max(phase_alpha, alpha[c]);
+    on_flow(flow, c);
+  }
+  if (!phase.flows.empty()) (crosses_nodes ? total.inter_steps : total.intra_steps) += phase.latency_steps;
+  return phase_alpha;
+}
+
 // A pipelined schedule (Schedule::pipelined): every phase's flows at once, so each member's links
 // of one class (NVLink inside a node, its NIC across) carry all its flows of that class; the class
 // that takes longer, its route latency included, decides, and each phase's other latency steps
@@ -133,19 +151,12 @@ ScheduleCost estimate_pipelined(const Schedule& schedule, const std::vector<int>
   bool used[2] = {false, false};
   ScheduleCost total;
   for (const SchedulePhase& phase : schedule.phases) {
-    double phase_alpha = 0;
-    bool crosses_nodes = false;
-    for (const Flow& flow : phase.flows) {
-      const int c = link_class(phase, flow, member_nodes);
-      crosses_nodes = crosses_nodes || c == 1;
-      phase_alpha = std::max(phase_alpha, alpha[c]);
+    const double phase_alpha = walk_phase(phase, member_nodes, alpha, total, [&](const Flow& flow, int c) {
       used[c] = true;
       egress[c][flow.src] += flow.bytes * beta[c];
       ingress[c][flow.dst] += flow.bytes * beta[c];
-    }
-    if (phase.flows.empty()) continue;
-    total.latency += (phase.latency_steps - 1) * phase_alpha;
-    (crosses_nodes ? total.inter_steps : total.intra_steps) += phase.latency_steps;
+    });
+    if (!phase.flows.empty()) total.latency += (phase.latency_steps - 1) * phase_alpha;
   }
   double slowest = -1;
   int bottleneck = 0;
@@ -170,18 +181,13 @@ ScheduleCost estimate_parts(const Schedule& schedule, const std::vector<int>& me
   std::vector<int> touched;
   ScheduleCost total;
   for (const SchedulePhase& phase : schedule.phases) {
-    double alpha = 0;
-    bool crosses_nodes = false;
-    for (const Flow& flow : phase.flows) {
-      const int c = link_class(phase, flow, member_nodes);
-      crosses_nodes = crosses_nodes || c == 1;
-      alpha = std::max(alpha, alphas[c]);
+    const double alpha = walk_phase(phase, member_nodes, alphas, total, [&](const Flow& flow, int c) {
       const double seconds = flow.bytes * betas[c];
       touched.push_back(flow.src);
       touched.push_back(flow.dst);
       egress[flow.src] += seconds;
       ingress[flow.dst] += seconds;
-    }
+    });
     double bandwidth = 0;
     for (int member : touched) {
       bandwidth = std::max({bandwidth, egress[member], ingress[member]});
@@ -189,7 +195,6 @@ ScheduleCost estimate_parts(const Schedule& schedule, const std::vector<int>& me
     }
     touched.clear();
     total.latency += phase.latency_steps * alpha;
-    if (!phase.flows.empty()) (crosses_nodes ? total.inter_steps : total.intra_steps) += phase.latency_steps;
     total.bandwidth += bandwidth;
   }
   return total;

@@ -24,6 +24,10 @@ inline constexpr std::int64_t kMaxExtent = std::int64_t{1} << 31;
 inline constexpr std::int64_t kMaxTensorElements = std::int64_t{1} << 48;
 // The parameters of a whole model.
 inline constexpr std::int64_t kMaxModelElements = std::int64_t{1} << 50;
+// One measured collective (an nccl-tests row, a cost model's measured curve): its size in bytes and
+// its time in microseconds.
+inline constexpr std::int64_t kMaxCollectiveBytes = std::int64_t{1} << 50;
+inline constexpr double kMaxCollectiveMicroseconds = 1e9;
 
 // a * b, or nothing when it overflows (both non-negative).
 inline std::optional<std::int64_t> checked_product(std::int64_t a, std::int64_t b) {
