@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct Row {
 
 struct Dataset {
   std::string name, source, platform, use, why;
+  std::optional<sim::Algorithm> algorithm;  // NCCL_ALGO forced in the run; none: NCCL's tuner
   std::vector<double> known_outside;  // sizes the model is known to miss
   core::CollectiveKind kind = core::CollectiveKind::all_reduce;
   std::vector<Row> rows;
@@ -65,7 +67,7 @@ std::vector<Dataset> read_datasets(const core::JsonReader& root) {
   const core::JsonReader list = root.at("datasets");
   for (std::size_t i = 0; i < list.size(); ++i) {
     const core::JsonReader d = list.at(i);
-    d.allow_only({"name", "source", "platform", "collective", "use", "rows", "known_outside", "why"});
+    d.allow_only({"name", "source", "platform", "collective", "algorithm", "use", "rows", "known_outside", "why"});
     Dataset dataset;
     dataset.name = d.at("name").as_string();
     dataset.source = d.at("source").as_string();
@@ -77,6 +79,11 @@ std::vector<Dataset> read_datasets(const core::JsonReader& root) {
     else if (kind == "all_gather") dataset.kind = core::CollectiveKind::all_gather;
     else if (kind == "reduce_scatter") dataset.kind = core::CollectiveKind::reduce_scatter;
     else d.at("collective").fail("expected all_reduce, all_gather or reduce_scatter");
+    if (d.has("algorithm")) {
+      dataset.algorithm = sim::parse_algorithm(d.at("algorithm").as_string());
+      if (!dataset.algorithm || *dataset.algorithm == sim::Algorithm::automatic)
+        d.at("algorithm").fail("expected the algorithm NCCL_ALGO forced (ring, tree, nvls, nvls_tree)");
+    }
     if (d.has("known_outside")) {
       const core::JsonReader sizes = d.at("known_outside");
       for (std::size_t k = 0; k < sizes.size(); ++k) dataset.known_outside.push_back(sizes.at(k).as_number());
@@ -106,8 +113,10 @@ int run(const std::string& path) {
   for (const Dataset& dataset : read_datasets(root)) {
     const sim::PlatformSpec platform = sim::parse_platform(dataset.platform);
     const int gpus = platform.device_count();  // every GPU of the platform: one node, or all of them
+    sim::SimOptions options;
+    if (dataset.algorithm) options.algorithms[dataset.kind] = *dataset.algorithm;
     for (const Row& row : dataset.rows) {
-      const sim::SimResult result = sim::simulate(one_collective(dataset.kind, row.bytes, gpus), platform);
+      const sim::SimResult result = sim::simulate(one_collective(dataset.kind, row.bytes, gpus), platform, options);
       const core::CollectiveRun& run = result.collectives.front();
       const double busbw = row.bytes / (run.end - run.start) * busbw_factor(dataset.kind, gpus) / 1e9;
       const double error = busbw / row.published - 1;

@@ -5,9 +5,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <tuple>
 
 #include "cost_model_data.hpp"
@@ -157,7 +159,7 @@ void read_network(const core::JsonReader& node, NetworkModel& network) {
       const core::CollectiveKind kind = *kind_named(key);  // allow_only checked it is a kind's name
       const std::optional<Algorithm> algorithm = parse_algorithm(list.at(key).as_string());
       if (!algorithm || *algorithm == Algorithm::automatic || *algorithm == Algorithm::nvls ||
-          !implements(*algorithm, kind))
+          *algorithm == Algorithm::nvls_tree || !implements(*algorithm, kind))
         list.at(key).fail(
             fmt::format("expected an algorithm that implements {} (ring, tree, rhd, direct, "
                         "hierarchical), got \"{}\"",
@@ -169,8 +171,10 @@ void read_network(const core::JsonReader& node, NetworkModel& network) {
   if (node.has("nvls")) {
     const core::JsonReader nvls = node.at("nvls");
     nvls.expect_object();
-    nvls.allow_only({"bandwidth_fraction", "base_latency_us", "source"});
+    nvls.allow_only({"bandwidth_fraction", "tree_bandwidth_fraction", "base_latency_us", "source"});
     network.nvls_bandwidth_fraction = read_fraction(nvls.at("bandwidth_fraction"));
+    network.nvls_tree_bandwidth_fraction =
+        nvls.has("tree_bandwidth_fraction") ? read_fraction(nvls.at("tree_bandwidth_fraction")) : 0;
     network.nvls_base_latency = nvls.has("base_latency_us") ? read_microseconds(nvls.at("base_latency_us")) : 0;
   }
   if (node.has("protocols")) {
@@ -263,6 +267,14 @@ const Protocol* choose_protocol(const NetworkModel& network, double bytes, doubl
     if (!best || time < best_time) best = &protocol, best_time = time;  // ties: the first listed
   }
   return best;
+}
+
+const Protocol* nvls_protocol(const NetworkModel& network) {
+  for (const Protocol& protocol : network.protocols)
+    if (std::ranges::equal(protocol.name, std::string_view("simple"),
+                           [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; }))
+      return &protocol;
+  return nullptr;
 }
 
 }  // namespace stratsim::sim

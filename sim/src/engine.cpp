@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -140,12 +141,15 @@ class Simulation {
   const Route& route(sg4::Host* from, sg4::Host* to);
   const Schedule& schedule_for(const ProgramOp& op, Algorithm algorithm, const std::vector<int>& member_nodes);
   Algorithm algorithm_for(const ProgramOp& op, int instance);
+  std::optional<Algorithm> forced_algorithm(core::CollectiveKind kind) const;
+  void check_forced_algorithms();
   Algorithm algorithm_for_full(const ProgramOp& op, int full_instance);
   void run_flows(const std::vector<sg4::Host*>& hosts, std::span<const Flow> flows, double scale);
   const Protocol* measured_entry(const ProgramOp& op) const;
   int nodes_spanned(const ProgramOp& op, int instance);
   void run_schedule(const Schedule& schedule, const std::vector<sg4::Host*>& hosts,
-                    const std::vector<int>& member_nodes, const Protocol* protocol, double scale, bool steps = true);
+                    const std::vector<int>& member_nodes, const Protocol* protocol, double scale, double nvls_scale,
+                    bool steps = true);
   void run_measured(const ProgramOp& op, const MeasuredCurve& curve, const Schedule& schedule,
                     const std::vector<sg4::Host*>& hosts, const std::vector<int>& member_nodes, double slowdown);
   void finish_op(SimRank& rank, const ProgramOp& op, const OpTiming& timing);
@@ -239,8 +243,9 @@ void Simulation::measure_link_costs() {
   const NetworkModel& network = platform_.cost.network;
   if (network.nvls_bandwidth_fraction > 0 && intra &&
       (platform_.kind == PlatformKind::node || platform_.kind == PlatformKind::cluster)) {
-    costs_.nvls_alpha = network.nvls_base_latency + 2 * costs_.alpha_intra;
+    costs_.nvls_launch = network.nvls_base_latency;
     costs_.nvls_beta = costs_.beta_intra / network.nvls_bandwidth_fraction;
+    costs_.nvls_tree_beta = costs_.beta_intra / network.nvls_tree_fraction();
   }
 }
 
@@ -256,6 +261,7 @@ SimResult Simulation::run(RankMode mode) {
   device_.ranks_computing = platform_.kind == PlatformKind::cpu_host ? program_.world_size : 1;
   layout_ranks(mode);
   measure_link_costs();
+  check_forced_algorithms();
   folding_ = mode == RankMode::representative && options_.fold
                  ? plan_folding(program_, platform_,
                                 [this](const ProgramOp& op, int full) { return algorithm_for_full(op, full); })
@@ -445,13 +451,40 @@ const Simulation::Route& Simulation::route(sg4::Host* from, sg4::Host* to) {
 
 // The algorithm a full group instance runs, chosen once per (kind, bytes, group, instance) for
 // both the fold planner and the engine (a folded instance runs what the full one would).
+// The user's --algorithm for the kind, else the library's fixed choice (Gloo); none: NCCL's tuner.
+std::optional<Algorithm> Simulation::forced_algorithm(core::CollectiveKind kind) const {
+  if (auto it = options_.algorithms.find(kind); it != options_.algorithms.end() && it->second != Algorithm::automatic)
+    return it->second;  // simulate() checked that the platform can run it
+  if (auto it = platform_.cost.network.algorithms.find(kind); it != platform_.cost.network.algorithms.end())
+    return it->second;
+  return std::nullopt;
+}
+
+// A forced algorithm must fit every group instance it runs on (hierarchical needs several nodes,
+// nvls one): an input error before the run, since thrown inside a simulated actor it would abort
+// SimGrid. Once per group and kind, whatever the number of ops.
+void Simulation::check_forced_algorithms() {
+  std::set<std::pair<int, int>> checked;
+  for (const ProgramOp& op : program_.ops) {
+    if (op.type != OpType::collective || program_.groups[op.group].size < 2) continue;
+    const std::optional<Algorithm> algorithm = forced_algorithm(op.kind);
+    if (!algorithm || !checked.emplace(op.group, static_cast<int>(op.kind)).second) continue;
+    for (const std::vector<int>& members : full_instances(op.group)) {
+      std::vector<int> member_nodes;
+      for (int rank : members) member_nodes.push_back(built_.node_of[rank]);
+      try {
+        check_fits(op.kind, *algorithm, member_nodes);
+      } catch (const std::invalid_argument& error) {
+        throw core::InputError(
+            fmt::format("{} (op {} \"{}\", group {})", error.what(), op.id, op.name, program_.groups[op.group].name));
+      }
+    }
+  }
+}
+
 Algorithm Simulation::algorithm_for_full(const ProgramOp& op, int full_instance) {
   if (program_.groups[op.group].size < 2) return Algorithm::ring;  // nothing moves
-  if (auto it = options_.algorithms.find(op.kind);
-      it != options_.algorithms.end() && it->second != Algorithm::automatic)
-    return it->second;  // simulate() checked that the platform can run it
-  if (auto it = platform_.cost.network.algorithms.find(op.kind); it != platform_.cost.network.algorithms.end())
-    return it->second;  // the library's fixed choice (Gloo)
+  if (const std::optional<Algorithm> forced = forced_algorithm(op.kind)) return *forced;
   const auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<double>(op.bytes), op.group, full_instance);
   auto it = algorithm_cache_.find(key);
   if (it != algorithm_cache_.end()) return it->second;
@@ -533,15 +566,21 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
   const Algorithm algorithm = algorithm_for(op, instance);
   const Schedule* schedule =
       folding_.groups[op.group].full_size > 1 ? &schedule_for(op, algorithm, member_nodes) : nullptr;
-  // NVLS runs its own way (no protocol choice); everything else under the protocol NCCL would pick.
-  const bool nvls = algorithm == Algorithm::nvls;
+  // A measured curve is the collective's whole time, whatever the algorithm. Otherwise NVLS and
+  // NVLSTree run their own way: NVLS's launch, and NVLSTree's trees under Simple (no protocol
+  // choice); everything else under the protocol NCCL would pick.
+  const bool nvls = algorithm == Algorithm::nvls || algorithm == Algorithm::nvls_tree;
   const NetworkModel& network = platform_.cost.network;
-  const Protocol* entry = schedule && !nvls ? measured_entry(op) : nullptr;
+  const Protocol* entry = schedule ? measured_entry(op) : nullptr;
   const MeasuredCurve* curve =
       entry && !entry->measured.empty()
           ? entry->measured_on(folding_.groups[op.group].full_size, nodes_spanned(op, instance))
           : nullptr;
-  const Protocol* protocol = curve ? entry : schedule && !nvls ? protocol_for(op, *schedule, member_nodes) : nullptr;
+  const Protocol* protocol = curve                               ? entry
+                             : !schedule                         ? nullptr
+                             : algorithm == Algorithm::nvls_tree ? nvls_protocol(network)
+                             : !nvls                             ? protocol_for(op, *schedule, member_nodes)
+                                                                 : nullptr;
   slot.protocol = protocol;
   const double overhead = curve      ? 0
                           : nvls     ? network.nvls_base_latency
@@ -554,9 +593,12 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
   } else if (curve) {
     run_measured(op, *curve, *schedule, hosts, member_nodes, slowdown);
   } else {
-    const double fraction = nvls ? network.nvls_bandwidth_fraction : protocol ? protocol->bandwidth_fraction : 1.0;
     // On a CPU host with fewer cores than ranks, the transport threads share the cores too.
-    run_schedule(*schedule, hosts, member_nodes, protocol, slowdown * host_contention_ / fraction);
+    const double scale = slowdown * host_contention_;
+    const double nvls_fraction =
+        algorithm == Algorithm::nvls_tree ? network.nvls_tree_fraction() : network.nvls_bandwidth_fraction;
+    run_schedule(*schedule, hosts, member_nodes, protocol, scale / (protocol ? protocol->bandwidth_fraction : 1.0),
+                 nvls_fraction > 0 ? scale / nvls_fraction : scale);
   }
   slot.end = sg4::Engine::get_clock();
   record(op, instance, algorithm, protocol, slot.start, slot.end);
@@ -565,16 +607,17 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
   slot.finished->notify_all();
 }
 
-// A schedule's flows, each carrying `scale` times its bytes, then (with `steps`) each phase's
-// remaining latency steps (the route's latency, and the protocol's per step): phase after phase,
-// or, pipelined, every phase's flows at once and the latency steps after them (collective.hpp,
-// Schedule::pipelined).
+// A schedule's flows, each carrying `scale` times its bytes (`nvls_scale` in NVLS phases), then
+// (with `steps`) each phase's remaining latency steps (the route's latency, and the protocol's per
+// step outside NVLS phases): phase after phase, or, pipelined, every phase's flows at once and the
+// latency steps after them (collective.hpp, Schedule::pipelined).
 void Simulation::run_schedule(const Schedule& schedule, const std::vector<sg4::Host*>& hosts,
                               const std::vector<int>& member_nodes, const Protocol* protocol, double scale,
-                              bool steps) {
+                              double nvls_scale, bool steps) {
   std::vector<Flow> pipeline;
   double pipeline_wait = 0;
   for (const SchedulePhase& phase : schedule.phases) {
+    const double phase_scale = phase.nvls ? nvls_scale : scale;
     double alpha = 0;
     bool crosses_nodes = false;
     for (const Flow& flow : phase.flows) {
@@ -582,18 +625,22 @@ void Simulation::run_schedule(const Schedule& schedule, const std::vector<sg4::H
       if (phase.latency_steps > 1) alpha = std::max(alpha, route(hosts[flow.src], hosts[flow.dst]).latency);
     }
     double wait = steps ? (phase.latency_steps - 1) * alpha : 0;
-    if (steps && protocol && !phase.flows.empty())
+    if (steps && protocol && !phase.flows.empty() && !phase.nvls)
       wait += phase.latency_steps * (crosses_nodes ? protocol->step_latency_inter : protocol->step_latency_intra);
     if (schedule.pipelined) {
-      pipeline.insert(pipeline.end(), phase.flows.begin(), phase.flows.end());
+      // Scaled here, since the pipeline's phases may move at different shares of their links.
+      for (Flow flow : phase.flows) {
+        flow.bytes *= phase_scale;
+        pipeline.push_back(flow);
+      }
       pipeline_wait += wait;
       continue;
     }
-    run_flows(hosts, phase.flows, scale);
+    run_flows(hosts, phase.flows, phase_scale);
     if (wait > 0) sg4::this_actor::sleep_for(wait);
   }
   if (!schedule.pipelined) return;
-  run_flows(hosts, pipeline, scale);
+  run_flows(hosts, pipeline, 1.0);
   if (pipeline_wait > 0) sg4::this_actor::sleep_for(pipeline_wait);
 }
 
@@ -619,7 +666,10 @@ void Simulation::run_measured(const ProgramOp& op, const MeasuredCurve& curve, c
   auto [it, inserted] = flows_cost_cache_.try_emplace(&schedule);
   if (inserted) {
     Schedule flows_only = schedule;
-    for (SchedulePhase& phase : flows_only.phases) phase.latency_steps = 1;
+    for (SchedulePhase& phase : flows_only.phases) {
+      phase.latency_steps = 1;
+      phase.nvls = false;  // stretched like every other flow, at the link's own rate
+    }
     it->second = estimate_parts(flows_only, member_nodes, costs_);
   }
   const ScheduleCost& ideal = it->second;
@@ -627,7 +677,8 @@ void Simulation::run_measured(const ProgramOp& op, const MeasuredCurve& curve, c
     sg4::this_actor::sleep_for(seconds);
     return;
   }
-  run_schedule(schedule, hosts, member_nodes, nullptr, (seconds - ideal.latency) / ideal.bandwidth, false);
+  const double stretch = (seconds - ideal.latency) / ideal.bandwidth;
+  run_schedule(schedule, hosts, member_nodes, nullptr, stretch, stretch, false);
 }
 
 // A group of one moves nothing over the network, but an out-of-place collective still fills its

@@ -102,12 +102,13 @@ void validate(const core::Program& program, const PlatformSpec& platform, const 
   }
   // NVLS needs an NVSwitch that reduces: a generated GPU node whose cost model has network.nvls.
   for (const auto& [kind, algorithm] : options.algorithms)
-    if (algorithm == Algorithm::nvls &&
+    if ((algorithm == Algorithm::nvls || algorithm == Algorithm::nvls_tree) &&
         (platform.cost.network.nvls_bandwidth_fraction <= 0 ||
          (platform.kind != PlatformKind::node && platform.kind != PlatformKind::cluster)))
       throw core::InputError(
-          "algorithm nvls: this platform's switches cannot reduce (it needs a GPU preset whose cost model has "
-          "network.nvls, such as h100)");
+          fmt::format("algorithm {}: this platform's switches cannot reduce (it needs a GPU preset whose cost model "
+                      "has network.nvls, such as h100)",
+                      algorithm_name(algorithm)));
 }
 
 // The last message SimGrid logged (its critical messages: the reason of an xbt_assert or

@@ -248,6 +248,22 @@ TEST(SimulateCli, BadAlgorithmAndStragglerOptions) {
   EXPECT_EQ(run("simulate --quiet --straggler 9=2").code, 2);
   CliRun ok = run("simulate --quiet --straggler 1=2 --algorithm all_reduce=tree");
   EXPECT_EQ(ok.code, 0) << ok.out;
+  // An algorithm that cannot run on a group's shape is named with the op and group before anything
+  // runs (it aborted SimGrid inside the run before).
+  CliRun flat = run("simulate --quiet --platform h100 --algorithm all_reduce=hierarchical");
+  EXPECT_EQ(flat.code, 2) << flat.out;
+  EXPECT_EQ(flat.out,
+            "stratsim: error: hierarchical needs at least 2 nodes with at least 2 members each (got 1 node(s) of 2) "
+            "(op 11 \"all_reduce ddp bucket 0\", group world)\n");
+  CliRun across = run("simulate --quiet --platform a100:gpus=2,nodes=2 --algorithm all_reduce=nvls_tree");
+  EXPECT_EQ(across.code, 2) << across.out;
+  EXPECT_NE(across.out.find("algorithm nvls_tree: this platform's switches cannot reduce"), std::string::npos)
+      << across.out;
+  const std::string ddp4 = temp_path("ddp4.yaml");
+  std::ofstream(ddp4) << "world_size: 4\nsteps:\n  - replicate: {module: \"\"}\n";
+  CliRun tree = run("simulate --plan " + ddp4 + " --platform h100:gpus=2,nodes=2 --algorithm all_reduce=NVLSTree");
+  EXPECT_EQ(tree.code, 0) << tree.out;
+  EXPECT_NE(tree.out.find("nvls_tree/Simple"), std::string::npos) << tree.out;
 }
 
 TEST(PlatformsCli, ListsPresetsAndDescribesOne) {

@@ -110,8 +110,10 @@ void check_conservation(CollectiveKind kind, Algorithm algorithm, int p, double 
   switch (kind) {
     case CollectiveKind::all_reduce: {
       EXPECT_TRUE(all_at_least(t.egress, share) && all_at_least(t.ingress, share));
-      // Trees are not bandwidth-optimal, nor is hierarchical across nodes: it runs a tree per rail.
-      const bool optimal = algorithm != Algorithm::tree && algorithm != Algorithm::hierarchical && !folded_rhd;
+      // Trees are not bandwidth-optimal, nor are hierarchical and NVLSTree across nodes: they run a
+      // tree per rail (and NVLS's flows stand for the switch's, n (1 + 1/g) per member).
+      const bool optimal = algorithm != Algorithm::tree && algorithm != Algorithm::hierarchical &&
+                           algorithm != Algorithm::nvls_tree && !folded_rhd;
       if (optimal) {
         EXPECT_TRUE(all_equal(t.egress, 2 * share) && all_equal(t.ingress, 2 * share));
       }
@@ -181,8 +183,11 @@ void check_lower_bounds(CollectiveKind kind, Algorithm algorithm, int p, double 
 
 TEST(CollectiveNames, RoundTripAndAliases) {
   for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::recursive_halving_doubling,
-                      Algorithm::direct, Algorithm::hierarchical})
+                      Algorithm::direct, Algorithm::hierarchical, Algorithm::nvls, Algorithm::nvls_tree})
     EXPECT_EQ(parse_algorithm(algorithm_name(a)), a);
+  EXPECT_EQ(algorithm_name(Algorithm::nvls_tree), "nvls_tree");
+  EXPECT_EQ(parse_algorithm("NVLSTree"), Algorithm::nvls_tree);  // as NCCL_ALGO spells it
+  EXPECT_EQ(parse_algorithm("nvls-tree"), Algorithm::nvls_tree);
   EXPECT_EQ(algorithm_name(Algorithm::automatic), "auto");
   EXPECT_EQ(algorithm_name(Algorithm::recursive_halving_doubling), "rhd");
   EXPECT_EQ(parse_algorithm("recursive_halving_doubling"), Algorithm::recursive_halving_doubling);
@@ -449,6 +454,83 @@ TEST(CollectiveHierarchical, UniformAllReducePipelinesItsStages) {
                    2 * 6 + 2 * 3 + 1);
 }
 
+// NVLSTree: each node's NVLS halves (all pairs of the node, flagged NVLS, n (1 + 1/g) on every
+// member's link over both) beside the rails' trees, pipelined; its estimate is its closed form,
+// with the NVLS halves at nvls_beta and the trees at the NIC's beta.
+TEST(CollectiveNvlsTree, EstimateEqualsClosedForm) {
+  LinkCosts costs = kTwoTier;
+  costs.nvls_beta = costs.nvls_tree_beta = 1.0 / 200e9;
+  for (int g : {2, 4, 8}) {
+    for (int m : {2, 3, 4, 16}) {
+      const int p = g * m;
+      for (const std::vector<int>& nodes : {blocked_nodes(g, m), interleaved_nodes(g, m)}) {
+        for (double n : kSizes) {
+          SCOPED_TRACE(describe(CollectiveKind::all_reduce, Algorithm::nvls_tree, p, n) + " g=" + std::to_string(g));
+          const Schedule schedule = build_schedule(CollectiveKind::all_reduce, Algorithm::nvls_tree, nodes, n);
+          EXPECT_TRUE(schedule.pipelined);
+          expect_relative(estimate_time(schedule, nodes, costs), nvls_tree_closed_form_time(g, m, n, costs));
+          const Traffic traffic = traffic_of(schedule, p);
+          EXPECT_TRUE(traffic.well_formed);
+          check_conservation(CollectiveKind::all_reduce, Algorithm::nvls_tree, p, n, traffic);
+          std::vector<double> nvls_out(p, 0.0), nvls_in(p, 0.0);
+          for (const SchedulePhase& phase : schedule.phases) {
+            for (const Flow& flow : phase.flows) {
+              EXPECT_EQ(nodes[flow.src] == nodes[flow.dst], phase.nvls) << phase.label;  // NVLS inside only
+              if (phase.nvls) nvls_out[flow.src] += flow.bytes, nvls_in[flow.dst] += flow.bytes;
+            }
+            if (phase.nvls) {
+              EXPECT_EQ(phase.latency_steps, 1);
+            }
+          }
+          EXPECT_TRUE(all_equal(nvls_out, n * (g + 1) / g) && all_equal(nvls_in, n * (g + 1) / g));
+        }
+      }
+    }
+  }
+}
+
+// Hand-worked on 8 x 2 with free latency: NVLS moves 9/8 n at nvls_tree_beta while the busiest
+// NIC sends two half shards (n/8); the slower decides. The protocol's step count leaves the NVLS
+// halves out (their cost is NVLS's launch), and the trees' latency fills the pipeline.
+TEST(CollectiveNvlsTree, HandWorkedValues) {
+  const double n = GiB;
+  LinkCosts costs{0, 1, 0, 16};
+  costs.nvls_tree_beta = 2;
+  EXPECT_NEAR(nvls_tree_closed_form_time(8, 2, n, costs), 9.0 / 8 * n * 2, 1e-3);  // NVLS: 2.25 n
+  costs.beta_inter = 32;
+  EXPECT_NEAR(nvls_tree_closed_form_time(8, 2, n, costs), 2 * (n / 8 / 2) * 32, 1e-3);  // NIC: 4 n
+  EXPECT_DOUBLE_EQ(nvls_tree_closed_form_time(8, 16, n, {1, 0, 1, 0, 0, 0, 0}), 2 * 3 + 1);
+  const ScheduleCost parts =
+      estimate_parts(build_schedule(CollectiveKind::all_reduce, Algorithm::nvls_tree, blocked_nodes(8, 16), n),
+                     blocked_nodes(8, 16), {1, 1, 1, 1, 0, 1, 1});
+  EXPECT_EQ(parts.intra_steps, 0);
+  EXPECT_EQ(parts.inter_steps, 2 * 4);
+  EXPECT_THROW(build_schedule(CollectiveKind::all_reduce, Algorithm::nvls_tree, std::vector<int>(8, 0), n),
+               std::invalid_argument);
+  EXPECT_THROW(build_schedule(CollectiveKind::all_gather, Algorithm::nvls_tree, blocked_nodes(8, 2), n),
+               std::invalid_argument);
+  EXPECT_THROW(closed_form_time(CollectiveKind::all_reduce, Algorithm::nvls_tree, 16, n, kAlpha, kBeta),
+               std::invalid_argument);
+  EXPECT_THROW(nvls_tree_closed_form_time(8, 1, n, costs), std::invalid_argument);
+}
+
+// The selector weighs it only where the switches reduce (nvls_tree_beta > 0) and the group spans
+// nodes evenly; there it wins when NVLS inside the node is faster than the rings.
+TEST(CollectiveSelect, NvlsTreeOnlyWhereTheSwitchesReduce) {
+  const std::vector<int> nodes = blocked_nodes(8, 2);
+  EXPECT_NE(select_algorithm(CollectiveKind::all_reduce, nodes, GiB, kTwoTier), Algorithm::nvls_tree);
+  LinkCosts costs = kTwoTier;
+  costs.alpha_inter = costs.alpha_intra;
+  costs.beta_inter = costs.beta_intra * 4;  // the NICs have room: the node's stage decides
+  costs.nvls_beta = costs.nvls_tree_beta = costs.beta_intra;
+  EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, nodes, GiB, costs), Algorithm::nvls_tree);
+  costs.nvls_tree_beta = costs.beta_intra * 2;  // 2.25 n against the rings' 1.75 n
+  EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, nodes, GiB, costs), Algorithm::hierarchical);
+  costs.nvls_tree_beta = costs.beta_intra;
+  EXPECT_NE(select_algorithm(CollectiveKind::all_reduce, std::vector<int>(16, 0), GiB, costs), Algorithm::nvls_tree);
+  EXPECT_NE(select_algorithm(CollectiveKind::all_reduce, {0, 0, 0, 1, 1}, GiB, costs), Algorithm::nvls_tree);
+}
+
 TEST(CollectiveHierarchical, FlatOrUnevenGroupsAreRejected) {
   const auto AR = CollectiveKind::all_reduce;
   EXPECT_THROW(build_schedule(AR, Algorithm::hierarchical, own_nodes(8), MiB), std::invalid_argument);  // g = 1
@@ -643,6 +725,8 @@ TEST(CollectiveFold, WhichAlgorithmsFold) {
     EXPECT_EQ(folds(kind, Algorithm::ring), !a2a);
     EXPECT_EQ(folds(kind, Algorithm::hierarchical), !a2a);
     EXPECT_EQ(folds(kind, Algorithm::tree), kind == CollectiveKind::all_reduce);
+    EXPECT_EQ(folds(kind, Algorithm::nvls_tree), kind == CollectiveKind::all_reduce);
+    EXPECT_EQ(implements(Algorithm::nvls_tree, kind), kind == CollectiveKind::all_reduce);
     EXPECT_FALSE(folds(kind, Algorithm::direct));
     EXPECT_FALSE(folds(kind, Algorithm::recursive_halving_doubling));
   }
@@ -659,7 +743,8 @@ TEST(CollectiveFold, RingsAndRailsKeepEveryMembersTraffic) {
   };
   for (const Shape& shape :
        {Shape{Algorithm::ring, 1, 64, 2}, Shape{Algorithm::ring, 8, 16, 2}, Shape{Algorithm::ring, 4, 6, 3},
-        Shape{Algorithm::hierarchical, 8, 16, 2}, Shape{Algorithm::hierarchical, 2, 9, 3}}) {
+        Shape{Algorithm::hierarchical, 8, 16, 2}, Shape{Algorithm::hierarchical, 2, 9, 3},
+        Shape{Algorithm::nvls_tree, 8, 16, 2}, Shape{Algorithm::nvls_tree, 4, 6, 3}}) {
     const std::vector<int> full_nodes = blocked_nodes(shape.g, shape.m);
     const std::vector<int> folded_nodes = blocked_nodes(shape.g, shape.folded_m);
     const int p = shape.g * shape.m;
@@ -674,7 +759,7 @@ TEST(CollectiveFold, RingsAndRailsKeepEveryMembersTraffic) {
       const auto folded_traffic = traffic(folded, folded_nodes);
       // Hierarchical all-reduce's rail trees load nodes unevenly; folded, every simulated member
       // carries what the busiest member of the full trees does, phase by phase.
-      if (shape.algorithm == Algorithm::hierarchical && kind == CollectiveKind::all_reduce)
+      if (shape.algorithm != Algorithm::ring && kind == CollectiveKind::all_reduce)
         for (auto& members : full_traffic) {
           MemberTraffic busiest;
           for (const MemberTraffic& t : members)

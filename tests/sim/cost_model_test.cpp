@@ -131,6 +131,8 @@ TEST(CostModelFile, ErrorsNameFileAndField) {
   EXPECT_EQ(
       apply_error("bad_slowdown.yaml"),
       kData + "bad_slowdown.yaml: interference.compute_slowdown: expected a slowdown factor from 1 to 100, got 0.5");
+  EXPECT_EQ(apply_error("bad_nvls_tree.yaml"),
+            kData + "bad_nvls_tree.yaml: network.nvls.tree_bandwidth_fraction: expected a fraction in (0, 1], got 0");
   EXPECT_EQ(apply_error("missing.yaml"), kData + "missing.yaml: cannot open file (No such file or directory)");
 }
 
@@ -320,6 +322,71 @@ TEST(Nvls, H100PresetPicksItForLargeAllReducesInOneNode) {
   core::Program across = empty_program({16}, {"world"});
   add_collective(across, CollectiveKind::all_reduce, 256e6, {0});
   EXPECT_NE(sim::simulate(across, sim::parse_platform("h100:nodes=2")).collectives[0].algorithm, "nvls");
+}
+
+// NVLSTree on 2 nodes of 8 (NVLink 400 GB/s, one 50 GB/s NIC per GPU): the engine runs the NVLS
+// halves at the model's NVLSTree share of the link, the rails' trees beside them, after NVLS's
+// launch; within SimGrid's 1e-3 of the closed form. It is chosen where NVLS inside the node beats
+// the rings, and needs a switch that reduces and a group across nodes.
+TEST(NvlsTree, SimulatedTimeMatchesClosedFormAndSelection) {
+  sim::PlatformSpec platform = one_leaf_cluster(2, 8, {400e9, 0.3e-6}, {50e9, 1.25e-6}, true, 0.13e-6);
+  platform.cost.network.nvls_bandwidth_fraction = 0.9;
+  platform.cost.network.nvls_tree_bandwidth_fraction = 0.8;
+  platform.cost.network.nvls_base_latency = 50e-6;
+  core::Program program = empty_program({16}, {"world"});
+  add_collective(program, CollectiveKind::all_reduce, 1e9, {0});
+  sim::SimOptions forced;
+  forced.algorithms[CollectiveKind::all_reduce] = sim::Algorithm::nvls_tree;
+  sim::LinkCosts costs;
+  costs.alpha_intra = 2 * platform.nvlink_latency;
+  costs.alpha_inter = 2 * platform.nic_latency + platform.switch_latency;
+  costs.beta_inter = 1 / platform.nic_bandwidth;
+  costs.nvls_tree_beta = 1 / (0.8 * platform.nvlink_bandwidth);
+  // 9/8 GB at 320 GB/s = 3.52 ms inside each node; the NICs send 1/8 GB at 50 GB/s = 2.5 ms.
+  const double expected = 50e-6 + sim::nvls_tree_closed_form_time(8, 2, 1e9, costs);
+  EXPECT_NEAR(expected, 50e-6 + 0.6e-6 + 9.0 / 8 / 320, 1e-9);
+  const sim::SimResult result = sim::simulate(program, platform, forced);
+  EXPECT_EQ(result.collectives[0].algorithm, "nvls_tree");
+  EXPECT_NEAR((result.collectives[0].end - result.collectives[0].start) / expected, 1.0, 1e-3);
+  // Chosen by itself over the rings' 2 x 7/8 GB at 400 GB/s (4.4 ms); at 0.6 (4.7 ms) it is not.
+  EXPECT_EQ(sim::simulate(program, platform).collectives[0].algorithm, "nvls_tree");
+  platform.cost.network.nvls_tree_bandwidth_fraction = 0.6;
+  EXPECT_EQ(sim::simulate(program, platform).collectives[0].algorithm, "hierarchical");
+  // Inside one node it has no trees to run; without the switch's reduction it cannot run at all.
+  core::Program node = empty_program({2, 8}, {"dp", "tp"});
+  add_collective(node, CollectiveKind::all_reduce, 1e9, {1});
+  try {
+    sim::simulate(node, platform, forced);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("nvls_tree needs at least 2 nodes with at least 2 members each"),
+              std::string::npos)
+        << error.what();
+  }
+  platform.cost.network.nvls_bandwidth_fraction = 0;
+  try {
+    sim::simulate(program, platform, forced);
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& error) {
+    EXPECT_EQ(std::string(error.what()),
+              "algorithm nvls_tree: this platform's switches cannot reduce (it needs a GPU preset whose cost model "
+              "has network.nvls, such as h100)");
+  }
+}
+
+// The presets: NCCL's NVLSTree under Simple for large all-reduces across H100 nodes, where the NICs
+// have room (2 nodes, 8 x 400 Gb/s); never on A100s, whose NVSwitch does not reduce.
+TEST(NvlsTree, H100PresetRunsItAcrossNodesUnderSimple) {
+  core::Program across = empty_program({16}, {"world"});
+  add_collective(across, CollectiveKind::all_reduce, 8.0 * (1 << 30), {0});
+  EXPECT_EQ(sim::simulate(across, sim::parse_platform("h100:nodes=2")).collectives[0].algorithm, "nvls_tree/Simple");
+  EXPECT_DOUBLE_EQ(CostModel::preset("h100").network.nvls_tree_fraction(), 0.77);
+  EXPECT_EQ(sim::simulate(across, sim::parse_platform("a100:nodes=2")).collectives[0].algorithm.find("nvls"),
+            std::string::npos);
+  // A model without a tree fraction runs NVLSTree's NVLS at NVLS's own share.
+  sim::NetworkModel network;
+  network.nvls_bandwidth_fraction = 0.85;
+  EXPECT_DOUBLE_EQ(network.nvls_tree_fraction(), 0.85);
 }
 
 // A description file may carry a cost model inline or name a file next to it.

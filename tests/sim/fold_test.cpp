@@ -203,6 +203,22 @@ TEST(Fold, TreeAllReduceIsWithinOneThousandth) {
   expect_same_timings(program, runs, 1e-3);
 }
 
+// DDP over the world of 32 H100 nodes: NCCL's NVLSTree for the buckets (NVLS in each node, the
+// rails' trees across), folded onto 8 nodes whose rails carry the busiest node's load. Within a
+// millionth, not exact: a folded rail's hops are not the full trees' routes (some cross the spine),
+// so route latencies differ by tens of nanoseconds.
+TEST(Fold, NvlsTreeAllReduceAcrossNodesFolds) {
+  const json ddp = {{"world_size", 256}, {"batch_size", 1}, {"steps", {{{"replicate", {{"module", ""}}}}}}};
+  const core::Program program = program_for(ddp);
+  const Runs runs = run_both(program, "h100:nodes=32");
+  EXPECT_EQ(runs.folded.folded_nodes, 8);
+  bool has_nvls_tree = false;
+  for (const sim::CollectiveRun& run : runs.folded.collectives)
+    has_nvls_tree = has_nvls_tree || run.algorithm == "nvls_tree/Simple";
+  EXPECT_TRUE(has_nvls_tree) << "the buckets were expected to run NVLSTree";
+  expect_same_timings(program, runs, 1e-6);
+}
+
 TEST(Fold, UnfoldableRunsSayWhy) {
   sim::SimOptions direct;
   direct.algorithms[core::CollectiveKind::all_gather] = Algorithm::direct;

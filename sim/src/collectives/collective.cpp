@@ -1,6 +1,6 @@
 // The public entry points of collective.hpp: algorithm names, which algorithm implements and folds
 // which collective, and the dispatch of schedules and closed forms to the algorithm files (ring,
-// tree, rhd, direct, hierarchical). Argument checks happen here, once, so the algorithm files can
+// tree, rhd, direct, hierarchical, nvls). Argument checks happen here, once, so the algorithm files can
 // assume a valid group, size and costs.
 
 #include "common.hpp"
@@ -28,7 +28,7 @@ std::string normalized(std::string_view text) {
 }
 
 // The first name of an algorithm is the one reports print; the rest are accepted aliases.
-constexpr core::EnumNames<Algorithm, 11> kAlgorithmNames{
+constexpr core::EnumNames<Algorithm, 13> kAlgorithmNames{
     {{{Algorithm::automatic, "auto"},
       {Algorithm::ring, "ring"},
       {Algorithm::tree, "tree"},
@@ -36,8 +36,10 @@ constexpr core::EnumNames<Algorithm, 11> kAlgorithmNames{
       {Algorithm::direct, "direct"},
       {Algorithm::hierarchical, "hierarchical"},
       {Algorithm::nvls, "nvls"},
+      {Algorithm::nvls_tree, "nvls_tree"},
       {Algorithm::automatic, "automatic"},
       {Algorithm::tree, "double_binary_tree"},
+      {Algorithm::nvls_tree, "nvlstree"},  // NCCL_ALGO's spelling
       {Algorithm::recursive_halving_doubling, "recursive_halving_doubling"},
       {Algorithm::recursive_halving_doubling, "halving_doubling"}}}};
 
@@ -53,24 +55,36 @@ std::optional<Algorithm> parse_algorithm(std::string_view text) { return kAlgori
 bool implements(Algorithm algorithm, CollectiveKind kind) {
   if (kind == CollectiveKind::scatter) return algorithm == Algorithm::direct || algorithm == Algorithm::automatic;
   if (algorithm == Algorithm::tree) return kind == CollectiveKind::all_reduce || kind == CollectiveKind::broadcast;
-  if (algorithm == Algorithm::nvls) return kind == CollectiveKind::all_reduce;
+  if (algorithm == Algorithm::nvls || algorithm == Algorithm::nvls_tree) return kind == CollectiveKind::all_reduce;
   return true;
 }
 
-Schedule build_schedule(CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes, double bytes) {
+void check_fits(CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes) {
   check_group_size(static_cast<long long>(member_nodes.size()));
-  check_bytes(bytes);
   if (algorithm == Algorithm::automatic)
     fail("build_schedule needs a concrete algorithm; resolve 'auto' with select_algorithm first");
   if (!implements(algorithm, kind))
     fail(fmt::format("algorithm '{}' does not implement {}", algorithm_name(algorithm), kind_name(kind)));
+  if (algorithm == Algorithm::hierarchical || algorithm == Algorithm::nvls_tree)
+    require_hierarchical_layout(member_nodes, algorithm_name(algorithm));
+  if (algorithm == Algorithm::nvls && member_nodes.size() > 1)
+    for (int node : member_nodes)
+      if (node != member_nodes.front())
+        fail("algorithm 'nvls' reduces inside one NVSwitch: every member must be on the same node");
+}
+
+Schedule build_schedule(CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes, double bytes) {
+  check_bytes(bytes);
+  // The shape requirement holds whatever the size, so a flat group fails the same way at 0 bytes.
+  check_fits(kind, algorithm, member_nodes);
 
   const int p = static_cast<int>(member_nodes.size());
   Schedule schedule;
-  // The shape requirement holds whatever the size, so a flat group fails the same way at 0 bytes.
-  if (algorithm == Algorithm::hierarchical) {
-    const NodeLayout layout = require_hierarchical_layout(member_nodes);
-    if (bytes > 0) schedule = hierarchical_schedule(kind, layout, bytes, layout.m());
+  if (algorithm == Algorithm::hierarchical || algorithm == Algorithm::nvls_tree) {
+    const NodeLayout layout = node_layout(member_nodes);
+    if (bytes > 0)
+      schedule = algorithm == Algorithm::hierarchical ? hierarchical_schedule(kind, layout, bytes, layout.m())
+                                                      : nvls_tree_schedule(layout, bytes, layout.m());
   } else if (p > 1 && bytes > 0) {
     switch (algorithm) {
       case Algorithm::ring:
@@ -86,10 +100,11 @@ Schedule build_schedule(CollectiveKind kind, Algorithm algorithm, const std::vec
         schedule = direct_schedule(kind, p, bytes);
         break;
       case Algorithm::nvls:
-        schedule = nvls_schedule(kind, member_nodes, bytes);
+        schedule = nvls_schedule(p, bytes);
         break;
       case Algorithm::automatic:
       case Algorithm::hierarchical:
+      case Algorithm::nvls_tree:
         break;
     }
   }
@@ -104,6 +119,7 @@ bool folds(CollectiveKind kind, Algorithm algorithm) {
     case Algorithm::hierarchical:
       return kind != CollectiveKind::all_to_all;
     case Algorithm::tree:
+    case Algorithm::nvls_tree:
       return kind == CollectiveKind::all_reduce;
     default:
       return false;
@@ -122,9 +138,12 @@ Schedule build_folded_schedule(CollectiveKind kind, Algorithm algorithm, const s
     fail(fmt::format("algorithm '{}' does not fold {}", algorithm_name(algorithm), kind_name(kind)));
   check_bytes(bytes);
   Schedule schedule;
-  if (algorithm == Algorithm::hierarchical) {
-    const NodeLayout layout = require_hierarchical_layout(member_nodes);
-    if (bytes > 0) schedule = hierarchical_schedule(kind, layout, bytes, layout.m() * (full_size / p));
+  if (algorithm == Algorithm::hierarchical || algorithm == Algorithm::nvls_tree) {
+    const NodeLayout layout = require_hierarchical_layout(member_nodes, algorithm_name(algorithm));
+    const int full_m = layout.m() * (full_size / p);
+    if (bytes > 0)
+      schedule = algorithm == Algorithm::hierarchical ? hierarchical_schedule(kind, layout, bytes, full_m)
+                                                      : nvls_tree_schedule(layout, bytes, full_m);
   } else if (bytes > 0) {
     schedule =
         algorithm == Algorithm::ring ? ring_schedule(kind, p, bytes, full_size) : tree_all_reduce(p, bytes, full_size);
@@ -140,8 +159,9 @@ double closed_form_time(CollectiveKind kind, Algorithm algorithm, int p, double 
   check_cost(alpha, "alpha");
   check_cost(beta, "beta");
   if (algorithm == Algorithm::automatic) fail("closed_form_time needs a concrete algorithm, not 'auto'");
-  if (algorithm == Algorithm::hierarchical)
-    fail("hierarchical depends on the node shape; use hierarchical_closed_form_time(kind, g, m, ...)");
+  if (algorithm == Algorithm::hierarchical || algorithm == Algorithm::nvls_tree)
+    fail(fmt::format("{} depends on the node shape; use {}_closed_form_time(..., g, m, ...)", algorithm_name(algorithm),
+                     algorithm_name(algorithm)));
   if (!implements(algorithm, kind))
     fail(fmt::format("algorithm '{}' does not implement {}", algorithm_name(algorithm), kind_name(kind)));
   if (p == 1 || bytes == 0) return 0;  // nothing moves: the schedule is empty
@@ -158,6 +178,7 @@ double closed_form_time(CollectiveKind kind, Algorithm algorithm, int p, double 
       return nvls_closed_form(p, bytes, alpha, beta);
     case Algorithm::automatic:
     case Algorithm::hierarchical:
+    case Algorithm::nvls_tree:
       break;
   }
   return 0;

@@ -131,8 +131,8 @@ struct NodeLayout {
 // Nodes in order of first appearance; a member's local index is its order within its node.
 NodeLayout node_layout(const std::vector<int>& member_nodes);
 // node_layout, or std::invalid_argument unless every node holds the same number (>= 2) of
-// members and there are at least 2 nodes.
-NodeLayout require_hierarchical_layout(const std::vector<int>& member_nodes);
+// members and there are at least 2 nodes (the message names `algorithm`).
+NodeLayout require_hierarchical_layout(const std::vector<int>& member_nodes, std::string_view algorithm);
 
 // ---------------------------------------------------------------------------------------------
 // Each algorithm: its schedule for a group of p members (p >= 2, bytes > 0), and its closed form on
@@ -159,13 +159,15 @@ double rhd_closed_form(CollectiveKind kind, int p, double n, double a, double b)
 
 // direct.cpp: every member to every other member in one step.
 Schedule direct_schedule(CollectiveKind kind, int p, double bytes);
-Schedule nvls_schedule(CollectiveKind kind, const std::vector<int>& member_nodes, double bytes);
-double nvls_pair_bytes(int p, double n);  // each member's flow to each other member
+Schedule nvls_schedule(int p, double bytes);  // all-reduce on one node (check_fits checked it)
+double nvls_pair_bytes(int p, double n);      // each member's flow to each other member
 double nvls_closed_form(int p, double n, double a, double b);
 double direct_closed_form(CollectiveKind kind, int p, double n, double a, double b);
 
 // hierarchical.cpp: intra-node rings and inter-node rails. `full_m`: the node count of the group a
 // folded schedule stands for. Its closed form is public (hierarchical_closed_form_time).
 Schedule hierarchical_schedule(CollectiveKind kind, const NodeLayout& layout, double bytes, int full_m);
+// NVLSTree all-reduce on the same layout (folds the same way).
+Schedule nvls_tree_schedule(const NodeLayout& layout, double bytes, int full_m);
 
 }  // namespace stratsim::sim::collectives

@@ -12,6 +12,12 @@
 // allow 500: benchmarks/README.md, "Across nodes".) All-gather gathers across nodes first (so the
 // fast intra-node step moves the bulk), reduce-scatter the reverse; broadcast chains across nodes
 // on the root's rail, then inside each node; all-to-all is rail-aligned (PXN-like) in two steps.
+//
+// NVLSTree (nvls_tree) is the all-reduce NCCL runs across nodes whose NVSwitches reduce (H100 and
+// later): the rails' trees are the same, but inside each node the switch reduces and multicasts
+// (nvls.cpp), so each GPU's NVLink carries n (1 + 1/g) at NVLS's rate instead of a ring's
+// 2 (g-1)/g n. With 8 x 400 Gb/s NICs on 2 nodes the NICs have room to spare and NVLS's rate
+// decides: 469 GB/s busbw measured on 16 H100s, near one node's 480 (benchmarks/README.md).
 
 #include "common.hpp"
 
@@ -37,16 +43,16 @@ NodeLayout node_layout(const std::vector<int>& member_nodes) {
   return layout;
 }
 
-NodeLayout require_hierarchical_layout(const std::vector<int>& member_nodes) {
+NodeLayout require_hierarchical_layout(const std::vector<int>& member_nodes, std::string_view algorithm) {
   NodeLayout layout = node_layout(member_nodes);
   if (!layout.even) {
     fail(
-        fmt::format("hierarchical needs the same number of members on every node; the first node has {}, but node "
+        fmt::format("{} needs the same number of members on every node; the first node has {}, but node "
                     "sizes differ across the {} nodes",
-                    layout.g(), layout.m()));
+                    algorithm, layout.g(), layout.m()));
   }
   if (!layout.hierarchical()) {
-    fail(fmt::format("hierarchical needs at least 2 nodes with at least 2 members each (got {} node(s) of {})",
+    fail(fmt::format("{} needs at least 2 nodes with at least 2 members each (got {} node(s) of {})", algorithm,
                      layout.m(), layout.g()));
   }
   return layout;
@@ -92,7 +98,26 @@ void append_rail_trees(Schedule& schedule, const NodeLayout& layout, double shar
   append(schedule, std::move(broadcast));
 }
 
+// One half of NVLS inside every node, all pairs of a node at once: the reduce (each member's
+// buffer into the switch, its shard reduced back out) or the multicast (its shard out, the whole
+// reduced buffer in); together n (1 + 1/g) each way on every member's link, as nvls.cpp explains.
+SchedulePhase nvls_half_phase(std::string label, const NodeLayout& layout, double bytes) {
+  SchedulePhase phase = make_phase(std::move(label), 1);
+  phase.nvls = true;
+  for (const auto& node : layout.nodes) add_all_pairs(phase, node, nvls_pair_bytes(layout.g(), bytes) / 2);
+  return phase;
+}
+
 }  // namespace
+
+Schedule nvls_tree_schedule(const NodeLayout& layout, double bytes, int full_m) {
+  Schedule schedule;
+  append(schedule, nvls_half_phase("intra nvls reduce", layout, bytes));
+  append_rail_trees(schedule, layout, bytes / layout.g(), full_m);
+  append(schedule, nvls_half_phase("intra nvls multicast", layout, bytes));
+  schedule.pipelined = true;  // as NCCL's tree: chunks of every stage in flight at once
+  return schedule;
+}
 
 // `full_m` is the node count of the group the schedule stands for: folded, the rails close over
 // the simulated nodes but carry the full rails' chunks for their latency steps.
@@ -184,6 +209,22 @@ double hierarchical_closed_form_time(CollectiveKind kind, int g, int m, double b
       collectives::fail("a scatter runs direct only (implements() refuses the rest)");
   }
   return 0;
+}
+
+// The pipelined estimate of nvls_tree_schedule: the NVLS halves (one latency step each, n (1 + 1/g)
+// on a member's link at nvls_tree_beta) beside the rails' trees, as in the all-reduce above.
+double nvls_tree_closed_form_time(int g, int m, double bytes, const LinkCosts& costs) {
+  if (g < 2 || m < 2)
+    fail(fmt::format("nvls_tree needs at least 2 nodes with at least 2 members each (got {} of {})", m, g));
+  check_group_size(static_cast<long long>(g) * m);
+  check_bytes(bytes);
+  check_costs(costs);
+  check_cost(costs.nvls_tree_beta, "nvls_tree_beta");
+  if (bytes == 0) return 0;
+  const double shard = bytes / g;
+  return 2 * (dtree_depth(m) - 1) * costs.alpha_inter +
+         std::max(costs.alpha_intra + bytes * (g + 1) / g * costs.nvls_tree_beta,
+                  costs.alpha_inter + dtree_busiest_flows(m) * (shard / 2) * costs.beta_inter);
 }
 
 }  // namespace stratsim::sim

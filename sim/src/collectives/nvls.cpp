@@ -9,7 +9,7 @@
 // The engine's flows run GPU to GPU, so the switch's reduction is represented by the traffic it
 // puts on each GPU's link: one phase in which every member sends n (p+1) / (p (p-1)) to every
 // other, so each link carries exactly n (1 + 1/p) each way; two latency steps (the two halves).
-// That is only the node's NVLink star: the schedule refuses members on different nodes.
+// That is only the node's NVLink star: check_fits refuses members on different nodes.
 
 #include "common.hpp"
 
@@ -17,14 +17,10 @@
 
 namespace stratsim::sim::collectives {
 
-Schedule nvls_schedule(CollectiveKind kind, const std::vector<int>& member_nodes, double bytes) {
-  if (kind != CollectiveKind::all_reduce) fail(fmt::format("algorithm 'nvls' does not implement {}", kind_name(kind)));
-  for (int node : member_nodes)
-    if (node != member_nodes.front())
-      fail("algorithm 'nvls' reduces inside one NVSwitch: every member must be on the same node");
-  const int p = static_cast<int>(member_nodes.size());
+Schedule nvls_schedule(int p, double bytes) {
   Schedule schedule;
   SchedulePhase phase = make_phase("nvls reduce + multicast", 2);
+  phase.nvls = true;
   add_all_pairs(phase, identity_members(p), nvls_pair_bytes(p, bytes));
   append(schedule, std::move(phase));
   return schedule;

@@ -58,9 +58,30 @@ double ring_all_to_all_estimate(const std::vector<int>& member_nodes, double byt
 // Idle-platform time of one candidate. Under a cost model with protocols each candidate is priced
 // with the protocol NCCL would pair it with (cost_model.hpp choose_protocol), so that an algorithm
 // with few, fast steps (NVLS) is weighed against rings that pay their protocol's latency too.
+// NVLSTree: NVLS's launch, then its schedule under the Simple protocol (nvls_protocol): Simple's
+// share of the links and its step latencies for the trees, NVLS's own rate for the NVLS halves.
+double nvls_tree_time(const std::vector<int>& member_nodes, double bytes, const LinkCosts& costs,
+                      const NetworkModel* network) {
+  const Protocol* simple = network ? nvls_protocol(*network) : nullptr;
+  LinkCosts under_protocol = costs;
+  under_protocol.nvls_beta = costs.nvls_tree_beta;  // NVLS's rate inside NVLSTree
+  if (simple) {
+    under_protocol.beta_intra /= simple->bandwidth_fraction;
+    under_protocol.beta_inter /= simple->bandwidth_fraction;
+  }
+  const ScheduleCost parts =
+      estimate_parts(build_schedule(CollectiveKind::all_reduce, Algorithm::nvls_tree, member_nodes, bytes),
+                     member_nodes, under_protocol);
+  const double steps =
+      simple ? parts.intra_steps * simple->step_latency_intra + parts.inter_steps * simple->step_latency_inter : 0;
+  return costs.nvls_launch + parts.latency + steps + parts.bandwidth;
+}
+
 double candidate_time(CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes,
                       const NodeLayout& layout, double bytes, const LinkCosts& costs, const NetworkModel* network) {
-  if (algorithm == Algorithm::nvls) return costs.nvls_alpha + bytes * (layout.g() + 1) / layout.g() * costs.nvls_beta;
+  if (algorithm == Algorithm::nvls)
+    return costs.nvls_launch + 2 * costs.alpha_intra + bytes * (layout.g() + 1) / layout.g() * costs.nvls_beta;
+  if (algorithm == Algorithm::nvls_tree) return nvls_tree_time(member_nodes, bytes, costs, network);
   if (network && !network->protocols.empty()) {
     ScheduleCost parts;
     if (algorithm == Algorithm::ring && kind == CollectiveKind::all_to_all) {
@@ -90,7 +111,7 @@ double candidate_time(CollectiveKind kind, Algorithm algorithm, const std::vecto
 std::vector<Algorithm> nccl_candidates(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::all_reduce:
-      return {Algorithm::ring, Algorithm::tree, Algorithm::hierarchical, Algorithm::nvls};
+      return {Algorithm::ring, Algorithm::tree, Algorithm::hierarchical, Algorithm::nvls, Algorithm::nvls_tree};
     case CollectiveKind::broadcast:  // NCCL broadcasts over rings only (trees are all-reduce's)
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter:
@@ -120,21 +141,25 @@ int link_class(const SchedulePhase& phase, const Flow& flow, const std::vector<i
   return member_nodes[flow.src] == member_nodes[flow.dst] ? 0 : 1;
 }
 
-// One pass over a phase's flows, `on_flow(flow, link class)` for each: the phase's alpha (its
-// slowest class's) and its latency steps counted inside or between nodes. Both estimates walk
-// phases this way; they differ in how they add the flows up.
+// One pass over a phase's flows, `on_flow(flow, link class, seconds per byte)` for each: the
+// phase's alpha (its slowest class's) and its latency steps counted inside or between nodes (an
+// NVLS phase's are in NVLS's launch latency instead). Both estimates walk phases this way; they
+// differ in how they add the flows up.
 template <class OnFlow>
-double walk_phase(const SchedulePhase& phase, const std::vector<int>& member_nodes, const double alpha[2],
+double walk_phase(const SchedulePhase& phase, const std::vector<int>& member_nodes, const LinkCosts& costs,
                   ScheduleCost& total, OnFlow&& on_flow) {
+  const double alpha[2] = {costs.alpha_intra, costs.alpha_inter};
+  const double beta[2] = {phase.nvls && costs.nvls_beta > 0 ? costs.nvls_beta : costs.beta_intra, costs.beta_inter};
   double phase_alpha = 0;
   bool crosses_nodes = false;
   for (const Flow& flow : phase.flows) {
     const int c = link_class(phase, flow, member_nodes);
     crosses_nodes = crosses_nodes || c == 1;
     phase_alpha = std::max(phase_alpha, alpha[c]);
-    on_flow(flow, c);
+    on_flow(flow, c, beta[c]);
   }
-  if (!phase.flows.empty()) (crosses_nodes ? total.inter_steps : total.intra_steps) += phase.latency_steps;
+  if (!phase.flows.empty() && !phase.nvls)
+    (crosses_nodes ? total.inter_steps : total.intra_steps) += phase.latency_steps;
   return phase_alpha;
 }
 
@@ -147,14 +172,14 @@ ScheduleCost estimate_pipelined(const Schedule& schedule, const std::vector<int>
   const int p = static_cast<int>(member_nodes.size());
   std::vector<double> egress[2] = {std::vector<double>(p, 0.0), std::vector<double>(p, 0.0)};
   std::vector<double> ingress[2] = {egress[0], egress[0]};
-  const double alpha[2] = {costs.alpha_intra, costs.alpha_inter}, beta[2] = {costs.beta_intra, costs.beta_inter};
+  const double alpha[2] = {costs.alpha_intra, costs.alpha_inter};
   bool used[2] = {false, false};
   ScheduleCost total;
   for (const SchedulePhase& phase : schedule.phases) {
-    const double phase_alpha = walk_phase(phase, member_nodes, alpha, total, [&](const Flow& flow, int c) {
+    const double phase_alpha = walk_phase(phase, member_nodes, costs, total, [&](const Flow& flow, int c, double beta) {
       used[c] = true;
-      egress[c][flow.src] += flow.bytes * beta[c];
-      ingress[c][flow.dst] += flow.bytes * beta[c];
+      egress[c][flow.src] += flow.bytes * beta;
+      ingress[c][flow.dst] += flow.bytes * beta;
     });
     if (!phase.flows.empty()) total.latency += (phase.latency_steps - 1) * phase_alpha;
   }
@@ -176,13 +201,12 @@ ScheduleCost estimate_parts(const Schedule& schedule, const std::vector<int>& me
   check_costs(costs);
   if (schedule.pipelined) return estimate_pipelined(schedule, member_nodes, costs);
   const int p = static_cast<int>(member_nodes.size());
-  const double alphas[2] = {costs.alpha_intra, costs.alpha_inter}, betas[2] = {costs.beta_intra, costs.beta_inter};
   std::vector<double> egress(p, 0.0), ingress(p, 0.0);
   std::vector<int> touched;
   ScheduleCost total;
   for (const SchedulePhase& phase : schedule.phases) {
-    const double alpha = walk_phase(phase, member_nodes, alphas, total, [&](const Flow& flow, int c) {
-      const double seconds = flow.bytes * betas[c];
+    const double alpha = walk_phase(phase, member_nodes, costs, total, [&](const Flow& flow, int, double beta) {
+      const double seconds = flow.bytes * beta;
       touched.push_back(flow.src);
       touched.push_back(flow.dst);
       egress[flow.src] += seconds;
@@ -216,6 +240,7 @@ Algorithm select_algorithm(CollectiveKind kind, const std::vector<int>& member_n
     if (algorithm == Algorithm::direct && p > kDirectMaxMembers) continue;
     if (algorithm == Algorithm::hierarchical && !layout.hierarchical()) continue;
     if (algorithm == Algorithm::nvls && (costs.nvls_beta <= 0 || layout.m() != 1)) continue;
+    if (algorithm == Algorithm::nvls_tree && (costs.nvls_tree_beta <= 0 || !layout.hierarchical())) continue;
     const double time = candidate_time(kind, algorithm, member_nodes, layout, bytes, costs, network);
     if (time < best_time * (1 - kTieTolerance)) {
       best = algorithm;

@@ -20,10 +20,11 @@
 
 namespace stratsim::sim {
 
-enum class Algorithm { automatic, ring, tree, recursive_halving_doubling, direct, hierarchical, nvls };
+// nvls_tree is NCCL's NVLSTree: NVLS inside each node, the rails' double binary trees across nodes.
+enum class Algorithm { automatic, ring, tree, recursive_halving_doubling, direct, hierarchical, nvls, nvls_tree };
 
-std::string_view algorithm_name(
-    Algorithm algorithm);  // "ring", "tree", "rhd", "direct", "hierarchical", "nvls", "auto"
+// "ring", "tree", "rhd", "direct", "hierarchical", "nvls", "nvls_tree", "auto"
+std::string_view algorithm_name(Algorithm algorithm);
 std::optional<Algorithm> parse_algorithm(std::string_view text);
 
 struct Flow {
@@ -36,6 +37,10 @@ struct SchedulePhase {
   std::string label;  // "ring", "intra reduce-scatter", "step 3"
   std::vector<Flow> flows;
   int latency_steps = 1;  // alpha terms this phase represents (>= 1 when it has flows)
+  // NVLink SHARP traffic (the switch reduces or multicasts): its flows move at the share of the
+  // link NVLS achieves (NetworkModel::nvls_bandwidth_fraction), not the protocol's, and its steps
+  // are in NVLS's own launch latency rather than the protocol's per-step latency.
+  bool nvls = false;
 };
 
 struct Schedule {
@@ -54,6 +59,10 @@ struct Schedule {
 Schedule build_schedule(core::CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes,
                         double bytes);
 bool implements(Algorithm algorithm, core::CollectiveKind kind);
+// std::invalid_argument saying why, unless `algorithm` (concrete) runs `kind` on a group of this
+// shape: hierarchical and nvls_tree need at least 2 nodes of the same number (>= 2) of members,
+// nvls one node. What build_schedule checks, without building anything.
+void check_fits(core::CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes);
 
 // Folding (rank symmetry across nodes, see simulator.hpp): a group of full_size members is
 // simulated on its first member_nodes.size() members, which stand for all of them; member i of the
@@ -73,9 +82,10 @@ Schedule build_folded_schedule(core::CollectiveKind kind, Algorithm algorithm, c
 struct LinkCosts {
   double alpha_intra = 0, beta_intra = 0;  // seconds, seconds per byte
   double alpha_inter = 0, beta_inter = 0;
-  // In-switch reduction (NVLS, all-reduce inside a node): its fixed cost and seconds per byte on a
-  // GPU's link; nvls_beta = 0 when the platform's switches cannot reduce.
-  double nvls_alpha = 0, nvls_beta = 0;
+  // In-switch reduction (NVLS, all-reduce inside a node): its launch latency (before the routes'
+  // own) and seconds per byte on a GPU's link, alone and inside NVLSTree; nvls_beta = 0 when the
+  // platform's switches cannot reduce.
+  double nvls_launch = 0, nvls_beta = 0, nvls_tree_beta = 0;
 };
 
 // Closed-form time on a uniform platform (every member pair alpha, beta; each member sends and
@@ -84,28 +94,33 @@ double closed_form_time(core::CollectiveKind kind, Algorithm algorithm, int p, d
 // Hierarchical closed form: m nodes of g members each, intra (alpha_i, beta_i), inter (alpha_e,
 // beta_e) with the g per-node shards travelling over g NICs in parallel.
 double hierarchical_closed_form_time(core::CollectiveKind kind, int g, int m, double bytes, const LinkCosts& costs);
+// NVLSTree all-reduce on the same shape: NVLS inside the nodes (costs.nvls_tree_beta), the rails' trees
+// across them; the route latencies only (the NVLS launch, costs.nvls_launch, is not included).
+double nvls_tree_closed_form_time(int g, int m, double bytes, const LinkCosts& costs);
 
 // Estimated idle-platform time of a schedule: for each phase, latency_steps * alpha plus the
-// largest per-member egress or ingress bytes times beta (intra or inter by the flow's nodes).
+// largest per-member egress or ingress bytes times beta (intra or inter by the flow's nodes;
+// nvls_beta for an NVLS phase's flows).
 double estimate_time(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs);
 // The same estimate in its parts: route latency (sum of latency_steps x alpha), the latency
 // steps inside nodes and between them, and transfer time (latency + bandwidth = estimate_time). Protocol choice
 // (cost_model.hpp) weighs them differently.
 struct ScheduleCost {
   double latency = 0;
-  int intra_steps = 0;  // latency steps of phases whose flows all stay inside a node
+  int intra_steps = 0;  // latency steps of phases whose flows all stay inside a node (NVLS phases not counted)
   int inter_steps = 0;  // latency steps of phases with a flow between nodes
   double bandwidth = 0;
 };
 ScheduleCost estimate_parts(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs);
 
 // NCCL-like default: among the algorithms NCCL would run for `kind` (all_reduce: ring, tree,
-// hierarchical, nvls; broadcast, all_gather and reduce_scatter: ring, hierarchical; all_to_all: ring,
+// hierarchical, nvls, nvls_tree; broadcast, all_gather and reduce_scatter: ring, hierarchical; all_to_all: ring,
 // hierarchical, direct up to 64 members) and that fit the group shape, the one with the lowest
 // estimate_time (ties in that order). rhd is never chosen automatically. Deterministic.
 // With a network cost model that has protocols (cost_model.hpp), each candidate is priced with the
-// protocol NCCL would pair it with; nvls is a candidate for all-reduce inside one node when
-// costs.nvls_beta > 0.
+// protocol NCCL would pair it with; when costs.nvls_beta > 0, nvls is a candidate for all-reduce
+// inside one node and nvls_tree across nodes (both at NVLS's launch latency, nvls_tree's tree
+// under the Simple protocol, the only one NCCL runs NVLS algorithms with).
 struct NetworkModel;
 Algorithm select_algorithm(core::CollectiveKind kind, const std::vector<int>& member_nodes, double bytes,
                            const LinkCosts& costs, const NetworkModel* network = nullptr);

@@ -71,6 +71,12 @@ struct NetworkModel {
   // cannot (A100's NVSwitch, CPU hosts). Its link share and latency are its own, not a protocol's.
   double nvls_bandwidth_fraction = 0;
   double nvls_base_latency = 0;
+  // NVLS's share inside NVLSTree (all-reduce across nodes), where the same SMs also drive the
+  // network and the tree's sums; 0: nvls_bandwidth_fraction.
+  double nvls_tree_bandwidth_fraction = 0;
+  double nvls_tree_fraction() const {
+    return nvls_tree_bandwidth_fraction > 0 ? nvls_tree_bandwidth_fraction : nvls_bandwidth_fraction;
+  }
   // The collective library's fixed algorithm per kind, where it has no tuner: Gloo runs a ring
   // all-reduce and all-gather, halving-doubling reduce-scatter, one-to-all broadcast and pairwise
   // all-to-all whatever the size. Kinds not listed are selected NCCL's way; --algorithm overrides.
@@ -115,5 +121,8 @@ struct CostModel {
 double protocol_time(const Protocol& protocol, double latency, int intra_steps, int inter_steps, double bandwidth);
 const Protocol* choose_protocol(const NetworkModel& network, double bytes, double latency, int intra_steps,
                                 int inter_steps, double bandwidth);
+// The protocol NVLS algorithms run under: Simple, the only one NCCL pairs NVLS and NVLSTree with.
+// Null when the model has no protocol of that name (the ideal one: whole link, no step latency).
+const Protocol* nvls_protocol(const NetworkModel& network);
 
 }  // namespace stratsim::sim
