@@ -449,8 +449,6 @@ const Simulation::Route& Simulation::route(sg4::Host* from, sg4::Host* to) {
   return it->second;
 }
 
-// The algorithm a full group instance runs, chosen once per (kind, bytes, group, instance) for
-// both the fold planner and the engine (a folded instance runs what the full one would).
 // The user's --algorithm for the kind, else the library's fixed choice (Gloo); none: NCCL's tuner.
 std::optional<Algorithm> Simulation::forced_algorithm(core::CollectiveKind kind) const {
   if (auto it = options_.algorithms.find(kind); it != options_.algorithms.end() && it->second != Algorithm::automatic)
@@ -482,6 +480,8 @@ void Simulation::check_forced_algorithms() {
   }
 }
 
+// The algorithm a full group instance runs, chosen once per (kind, bytes, group, instance) for
+// both the fold planner and the engine (a folded instance runs what the full one would).
 Algorithm Simulation::algorithm_for_full(const ProgramOp& op, int full_instance) {
   if (program_.groups[op.group].size < 2) return Algorithm::ring;  // nothing moves
   if (const std::optional<Algorithm> forced = forced_algorithm(op.kind)) return *forced;
