@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -172,6 +173,27 @@ namespace stratsim::sim {
 
 using namespace collectives;
 
+namespace {
+
+// The closed forms' argument checks for m nodes of g members.
+void check_node_shape(std::string_view algorithm, int g, int m, double bytes, const LinkCosts& costs) {
+  if (g < 2 || m < 2)
+    fail(fmt::format("{} needs at least 2 nodes with at least 2 members each (got {} of {})", algorithm, m, g));
+  check_group_size(static_cast<long long>(g) * m);
+  check_bytes(bytes);
+  check_costs(costs);
+}
+
+// A node stage (its first latency and its transfer) pipelined beside the rails' double binary trees
+// carrying `shard`: the trees' other latency steps fill the pipeline, and the slower of the two
+// decides (the busiest node sends f half shards through its NIC).
+double beside_rail_trees(double node_stage, int m, double shard, const LinkCosts& costs) {
+  return 2 * (dtree_depth(m) - 1) * costs.alpha_inter +
+         std::max(node_stage, costs.alpha_inter + dtree_busiest_flows(m) * (shard / 2) * costs.beta_inter);
+}
+
+}  // namespace
+
 // With shard = n/g:
 //   all_reduce      2(g-2)a_i + 2(D-1)a_e + max(a_i + 2(g-1)/g n b_i, a_e + f/2 shard b_e)
 //                   (pipelined: the NVLink and NIC transfers at once, each flow paying its route's
@@ -183,20 +205,15 @@ using namespace collectives;
 //   broadcast       (m-1)a_e + n b_e + (g-1)a_i + n b_i          (two pipelined chains)
 //   all_to_all      a_i + (g-1)/g n b_i + a_e + (m-1)/m n b_e     (rail-aligned, two steps)
 double hierarchical_closed_form_time(CollectiveKind kind, int g, int m, double bytes, const LinkCosts& costs) {
-  if (g < 2 || m < 2)
-    fail(fmt::format("hierarchical needs at least 2 nodes with at least 2 members each (got {} of {})", m, g));
-  check_group_size(static_cast<long long>(g) * m);
-  check_bytes(bytes);
-  check_costs(costs);
+  check_node_shape("hierarchical", g, m, bytes, costs);
   if (bytes == 0) return 0;
   const double n = bytes, shard = bytes / g;
   const double intra_pass = (g - 1) * costs.alpha_intra + ring_pass_bytes(g, n) * costs.beta_intra;
   const double inter_pass = (m - 1) * costs.alpha_inter + ring_pass_bytes(m, shard) * costs.beta_inter;
   switch (kind) {
     case CollectiveKind::all_reduce:
-      return 2 * (g - 2) * costs.alpha_intra + 2 * (dtree_depth(m) - 1) * costs.alpha_inter +
-             std::max(costs.alpha_intra + 2 * ring_pass_bytes(g, n) * costs.beta_intra,
-                      costs.alpha_inter + dtree_busiest_flows(m) * (shard / 2) * costs.beta_inter);
+      return 2 * (g - 2) * costs.alpha_intra +
+             beside_rail_trees(costs.alpha_intra + 2 * ring_pass_bytes(g, n) * costs.beta_intra, m, shard, costs);
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter:
       return intra_pass + inter_pass;
@@ -214,17 +231,10 @@ double hierarchical_closed_form_time(CollectiveKind kind, int g, int m, double b
 // The pipelined estimate of nvls_tree_schedule: the NVLS halves (one latency step each, n (1 + 1/g)
 // on a member's link at nvls_tree_beta) beside the rails' trees, as in the all-reduce above.
 double nvls_tree_closed_form_time(int g, int m, double bytes, const LinkCosts& costs) {
-  if (g < 2 || m < 2)
-    fail(fmt::format("nvls_tree needs at least 2 nodes with at least 2 members each (got {} of {})", m, g));
-  check_group_size(static_cast<long long>(g) * m);
-  check_bytes(bytes);
-  check_costs(costs);
+  check_node_shape("nvls_tree", g, m, bytes, costs);
   check_cost(costs.nvls_tree_beta, "nvls_tree_beta");
   if (bytes == 0) return 0;
-  const double shard = bytes / g;
-  return 2 * (dtree_depth(m) - 1) * costs.alpha_inter +
-         std::max(costs.alpha_intra + bytes * (g + 1) / g * costs.nvls_tree_beta,
-                  costs.alpha_inter + dtree_busiest_flows(m) * (shard / 2) * costs.beta_inter);
+  return beside_rail_trees(costs.alpha_intra + bytes * (g + 1) / g * costs.nvls_tree_beta, m, bytes / g, costs);
 }
 
 }  // namespace stratsim::sim

@@ -58,30 +58,27 @@ double ring_all_to_all_estimate(const std::vector<int>& member_nodes, double byt
 // Idle-platform time of one candidate. Under a cost model with protocols each candidate is priced
 // with the protocol NCCL would pair it with (cost_model.hpp choose_protocol), so that an algorithm
 // with few, fast steps (NVLS) is weighed against rings that pay their protocol's latency too.
-// NVLSTree: NVLS's launch, then its schedule under the Simple protocol (nvls_protocol): Simple's
-// share of the links and its step latencies for the trees, NVLS's own rate for the NVLS halves.
-double nvls_tree_time(const std::vector<int>& member_nodes, double bytes, const LinkCosts& costs,
-                      const NetworkModel* network) {
+// NVLSTree: NVLS's launch, then its closed form under the Simple protocol (nvls_protocol):
+// Simple's share of the links and its step latency for the trees' 2 ceil(log2 m) steps across
+// nodes, NVLS's own rate for the NVLS halves (whose steps are in the launch). Its phases are
+// all-intra or all-inter, so the closed form is its estimate, without building p g flows.
+double nvls_tree_time(const NodeLayout& layout, double bytes, const LinkCosts& costs, const NetworkModel* network) {
   const Protocol* simple = network ? nvls_protocol(*network) : nullptr;
   LinkCosts under_protocol = costs;
-  under_protocol.nvls_beta = costs.nvls_tree_beta;  // NVLS's rate inside NVLSTree
+  double steps = 0;
   if (simple) {
     under_protocol.beta_intra /= simple->bandwidth_fraction;
     under_protocol.beta_inter /= simple->bandwidth_fraction;
+    steps = 2 * dtree_depth(layout.m()) * simple->step_latency_inter;
   }
-  const ScheduleCost parts =
-      estimate_parts(build_schedule(CollectiveKind::all_reduce, Algorithm::nvls_tree, member_nodes, bytes),
-                     member_nodes, under_protocol);
-  const double steps =
-      simple ? parts.intra_steps * simple->step_latency_intra + parts.inter_steps * simple->step_latency_inter : 0;
-  return costs.nvls_launch + parts.latency + steps + parts.bandwidth;
+  return costs.nvls_launch + nvls_tree_closed_form_time(layout.g(), layout.m(), bytes, under_protocol) + steps;
 }
 
 double candidate_time(CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes,
                       const NodeLayout& layout, double bytes, const LinkCosts& costs, const NetworkModel* network) {
   if (algorithm == Algorithm::nvls)
     return costs.nvls_launch + 2 * costs.alpha_intra + bytes * (layout.g() + 1) / layout.g() * costs.nvls_beta;
-  if (algorithm == Algorithm::nvls_tree) return nvls_tree_time(member_nodes, bytes, costs, network);
+  if (algorithm == Algorithm::nvls_tree) return nvls_tree_time(layout, bytes, costs, network);
   if (network && !network->protocols.empty()) {
     ScheduleCost parts;
     if (algorithm == Algorithm::ring && kind == CollectiveKind::all_to_all) {
