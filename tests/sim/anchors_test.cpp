@@ -217,24 +217,55 @@ TEST(HandWorkedHierarchical, AllToAll) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// One phase, different route latencies: a flat ring over 2 nodes of 2 devices on the two-tier
-// cluster. Flows 0 -> 1 and 2 -> 3 stay on NVLink (1 us), 1 -> 2 and 3 -> 0 cross the leaf
-// (2.5 us). The phase's remaining latency steps are charged at the LARGEST latency, 2.5 us: the
-// ring cannot advance faster than its slowest hop. (The first flow, 0 -> 1, is intra-node.)
+// The ring across nodes on the two-tier cluster: one channel per NIC, so a ring per node on NVLink
+// carrying (g-1)/g of what each member sends around the whole ring (R), and a ring per rail
+// carrying R/g, all at once (pipelined). Latency steps split as NCCL's: S(m-1) across nodes,
+// S(p-m) inside (S = 2 for all-reduce); after the flows each phase adds its other steps.
 
-// All-reduce, p = 4, n = 4 MB: each member forwards 2(p-1)/p x 4 MB = 6 MB, 2(p-1) = 6 steps.
-// Flows: intra 1 us + 6 MB x 2.5 = 16 us; inter 2.5 us + 6 MB x 20 = 122.5 us. The phase ends
-// with the inter flows at 122.5 us, then 5 steps x 2.5 us = 12.5 us: 135 us.
-TEST(MixedLatencyPhase, RingAllReduceAcrossTwoNodesPaysTheSlowestHop) {
+// All-reduce, g = 2, m = 2, n = 4 MB: R = 2 x 3/4 x 4 MB = 6 MB. Node rings {0,1}, {2,3} carry
+// 3 MB per flow, 2(p-m) = 4 steps; rails {0,2}, {1,3} carry 3 MB per flow, 2(m-1) = 2 steps.
+// Flows: NVLink 1 us + 3 MB x 2.5 = 8.5 us; NIC 2.5 us + 3 MB x 20 = 62.5 us. Then 3 x 1 us +
+// 1 x 2.5 us: 68 us. (The flat ring through one NIC per node took 135 us.)
+TEST(HandWorkedRingAcrossNodes, AllReduce) {
   const Schedule schedule = sim::build_schedule(CollectiveKind::all_reduce, Algorithm::ring, {0, 0, 1, 1}, 4e6);
-  expect_schedule(schedule, {{6, rings({{0, 1, 2, 3}}, 6e6)}});
-  expect_time(simulated(CollectiveKind::all_reduce, Algorithm::ring, two_tier(2, 2), 4, 4e6), 135 * us);
+  EXPECT_TRUE(schedule.pipelined);
+  expect_schedule(schedule, {{4, rings({{0, 1}, {2, 3}}, 3e6)}, {2, rings({{0, 2}, {1, 3}}, 3e6)}});
+  expect_time(simulated(CollectiveKind::all_reduce, Algorithm::ring, two_tier(2, 2), 4, 4e6), 68 * us);
 }
 
-// All-gather, p = 4, n = 4 MB: 3 MB per member, 3 steps. Flows: intra 1 + 3 x 2.5 = 8.5 us; inter
-// 2.5 + 3 x 20 = 62.5 us; then 2 x 2.5 us = 5 us: 67.5 us.
-TEST(MixedLatencyPhase, RingAllGatherAcrossTwoNodesPaysTheSlowestHop) {
-  expect_time(simulated(CollectiveKind::all_gather, Algorithm::ring, two_tier(2, 2), 4, 4e6), 67.5 * us);
+// All-gather, g = 4, m = 2, n = 8 MB: R = 7/8 x 8 MB = 7 MB. Node rings carry 3/4 x 7 = 5.25 MB
+// per flow, p - m = 6 steps; rails carry 7/4 = 1.75 MB, m - 1 = 1 step. Flows: NVLink 1 us +
+// 5.25 MB x 2.5 = 14.125 us; NIC 2.5 us + 1.75 MB x 20 = 37.5 us (a node's port carries its 4
+// rails at 4 x 50 GB/s). Then 5 x 1 us: 42.5 us.
+TEST(HandWorkedRingAcrossNodes, AllGather) {
+  const Schedule schedule =
+      sim::build_schedule(CollectiveKind::all_gather, Algorithm::ring, node_of_members(4, 2), 8e6);
+  expect_schedule(schedule, {{6, rings({{0, 1, 2, 3}, {4, 5, 6, 7}}, 5.25e6)},
+                             {1, rings({{0, 4}, {1, 5}, {2, 6}, {3, 7}}, 1.75e6)}});
+  expect_time(simulated(CollectiveKind::all_gather, Algorithm::ring, two_tier(2, 4), 8, 8e6), 42.5 * us);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One phase, different route latencies. The phase's remaining latency steps are charged at the
+// LARGEST latency among its flows: a ring or chain cannot advance faster than its slowest hop.
+
+// Broadcast (a pipelined chain from member 0, one channel) over 2 nodes of 2 devices, n = 4 MB:
+// 0 -> 1 and 2 -> 3 stay on NVLink (1 us), 1 -> 2 crosses the leaf (2.5 us); p - 1 = 3 steps.
+// Flows: NVLink 1 us + 4 MB x 2.5 = 11 us; NIC 2.5 us + 4 MB x 20 = 82.5 us. Then 2 x 2.5 us:
+// 87.5 us. (The first flow, 0 -> 1, is intra-node.)
+TEST(MixedLatencyPhase, ChainBroadcastAcrossTwoNodesPaysTheSlowestHop) {
+  const Schedule schedule = sim::build_schedule(CollectiveKind::broadcast, Algorithm::ring, {0, 0, 1, 1}, 4e6);
+  expect_schedule(schedule, {{3, {{0, 1, 4e6}, {1, 2, 4e6}, {2, 3, 4e6}}}});
+  expect_time(simulated(CollectiveKind::broadcast, Algorithm::ring, two_tier(2, 2), 4, 4e6), 87.5 * us);
+}
+
+// All-gather on 3 members of the same cluster (2 on node 0, 1 on node 1: uneven, so one flat ring),
+// n = 3 MB: 2/3 x 3 MB = 2 MB per member, p - 1 = 2 steps. Flows: 0 -> 1 on NVLink 1 us + 2 MB x
+// 2.5 = 6 us; 1 -> 2 and 2 -> 0 across 2.5 us + 2 MB x 20 = 42.5 us. Then 1 x 2.5 us: 45 us.
+TEST(MixedLatencyPhase, UnevenRingAllGatherPaysTheSlowestHop) {
+  const Schedule schedule = sim::build_schedule(CollectiveKind::all_gather, Algorithm::ring, {0, 0, 1}, 3e6);
+  expect_schedule(schedule, {{2, rings({{0, 1, 2}}, 2e6)}});
+  expect_time(simulated(CollectiveKind::all_gather, Algorithm::ring, two_tier(2, 2), 3, 3e6), 45 * us);
 }
 
 }  // namespace

@@ -397,6 +397,61 @@ TEST(CollectiveRhd, NonPowerOfTwoFoldsIntoCore) {
     for (const Flow& flow : schedule.phases[i].flows) EXPECT_LT(std::max(flow.src, flow.dst), 4);
 }
 
+// The ring across nodes (a channel per NIC) against its own closed form, blocked and interleaved
+// nodes: every member sends and receives exactly a flat ring's bytes, (g-1)/g of them on NVLink
+// and 1/g through its NIC, and each phase is all-intra or all-inter.
+TEST(CollectiveRingAcrossNodes, EstimateEqualsClosedFormAndConservesBytes) {
+  for (int g : {2, 4, 8}) {
+    for (int m : {2, 3, 4, 16}) {
+      const int p = g * m;
+      for (const std::vector<int>& nodes : {blocked_nodes(g, m), interleaved_nodes(g, m)}) {
+        for (CollectiveKind kind :
+             {CollectiveKind::all_reduce, CollectiveKind::all_gather, CollectiveKind::reduce_scatter}) {
+          for (double n : kSizes) {
+            SCOPED_TRACE(describe(kind, Algorithm::ring, p, n) + " g=" + std::to_string(g));
+            const Schedule schedule = build_schedule(kind, Algorithm::ring, nodes, n);
+            expect_relative(estimate_time(schedule, nodes, kTwoTier),
+                            ring_across_nodes_closed_form_time(kind, g, m, n, kTwoTier));
+            const Traffic traffic = traffic_of(schedule, p);
+            EXPECT_TRUE(traffic.well_formed);
+            check_conservation(kind, Algorithm::ring, p, n, traffic);
+            ASSERT_EQ(schedule.phases.size(), 2u);
+            const double ring_bytes = (kind == CollectiveKind::all_reduce ? 2 : 1) * (p - 1) * (n / p);
+            for (const SchedulePhase& phase : schedule.phases) {
+              const bool intra = nodes[phase.flows.front().src] == nodes[phase.flows.front().dst];
+              for (const Flow& flow : phase.flows) {
+                EXPECT_EQ(nodes[flow.src] == nodes[flow.dst], intra);
+                EXPECT_NEAR(flow.bytes, ring_bytes * (intra ? g - 1.0 : 1.0) / g, 1e-9 * ring_bytes);
+              }
+              EXPECT_EQ(phase.flows.size(), static_cast<std::size_t>(p));
+            }
+          }
+        }
+      }
+    }
+  }
+  // Broadcast keeps its one chain and all-to-all its pairwise steps; an uneven layout or one
+  // member per node keeps the flat ring.
+  EXPECT_EQ(build_schedule(CollectiveKind::broadcast, Algorithm::ring, blocked_nodes(4, 2), MiB).phases.size(), 1u);
+  EXPECT_FALSE(build_schedule(CollectiveKind::all_reduce, Algorithm::ring, {0, 0, 1}, MiB).pipelined);
+  EXPECT_FALSE(build_schedule(CollectiveKind::all_reduce, Algorithm::ring, own_nodes(8), MiB).pipelined);
+  EXPECT_THROW(ring_across_nodes_closed_form_time(CollectiveKind::broadcast, 8, 2, MiB, kTwoTier),
+               std::invalid_argument);
+  EXPECT_THROW(ring_across_nodes_closed_form_time(CollectiveKind::all_reduce, 8, 1, MiB, kTwoTier),
+               std::invalid_argument);
+}
+
+// Hand-worked: 2 nodes of 8, n = 8 GiB all-reduce, kTwoTier (NVLink 1 us, 300 GB/s; NIC 5 us,
+// 25 GB/s). R = 2 x 15/16 x 8 GiB = 16,106,127,360 B. Steps: 2(16-2) = 28 inside, 2 across.
+// NVLink: 1 us + 7/8 R / 300e9 = 46.977 ms; NIC: 5 us + R/8 / 25e9 = 80.536 ms (decides).
+// Total 27 x 1 us + 1 x 5 us + 80.536 ms.
+TEST(CollectiveRingAcrossNodes, HandWorkedValue) {
+  const double ring_bytes = 2 * 15.0 / 16 * 8 * GiB;
+  const double expected = 27e-6 + 5e-6 + 5e-6 + ring_bytes / 8 / 25e9;
+  EXPECT_NEAR(ring_across_nodes_closed_form_time(CollectiveKind::all_reduce, 8, 2, 8 * GiB, kTwoTier), expected, 1e-12);
+  EXPECT_NEAR(expected, 0.080568, 1e-6);
+}
+
 // Hierarchical against its own closed form, two-tier and uniform, node members consecutive or
 // dealt round-robin (local index is the order within the node either way).
 TEST(CollectiveHierarchical, EstimateEqualsClosedForm) {
@@ -524,8 +579,10 @@ TEST(CollectiveSelect, NvlsTreeOnlyWhereTheSwitchesReduce) {
   costs.beta_inter = costs.beta_intra * 4;  // the NICs have room: the node's stage decides
   costs.nvls_beta = costs.nvls_tree_beta = costs.beta_intra;
   EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, nodes, GiB, costs), Algorithm::nvls_tree);
-  costs.nvls_tree_beta = costs.beta_intra * 2;  // 2.25 n against the rings' 1.75 n
-  EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, nodes, GiB, costs), Algorithm::hierarchical);
+  // 2.25 n against the ring's 7/8 x 2 x 15/16 n = 1.64 n on NVLink (its NICs carry 1/8 of it at a
+  // quarter of the rate) and hierarchical's 1.75 n.
+  costs.nvls_tree_beta = costs.beta_intra * 2;
+  EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, nodes, GiB, costs), Algorithm::ring);
   costs.nvls_tree_beta = costs.beta_intra;
   EXPECT_NE(select_algorithm(CollectiveKind::all_reduce, std::vector<int>(16, 0), GiB, costs), Algorithm::nvls_tree);
   EXPECT_NE(select_algorithm(CollectiveKind::all_reduce, {0, 0, 0, 1, 1}, GiB, costs), Algorithm::nvls_tree);
@@ -624,18 +681,25 @@ TEST(CollectiveSelect, RabenseifnerIsNeverChosenAutomatically) {
       EXPECT_NE(select_algorithm(kind, own_nodes(1024), bytes, kUniform), Algorithm::recursive_halving_doubling);
 }
 
-TEST(CollectiveSelect, HierarchicalBeatsFlatRingAcrossNodes) {
+// Across nodes the ring runs a channel per NIC: a ring through one NIC per node (the flat closed
+// form at NIC costs) is several times slower. All-gather and reduce-scatter pick it over
+// hierarchical, whose stages run one after the other; a 3-node all-reduce still picks the rails'
+// trees (the busiest node sends 1.5 n/g through its NIC where the ring sends nearly 2 n/g).
+TEST(CollectiveSelect, RingAcrossNodesBeatsOneChannel) {
   for (int m : {2, 3, 4, 12}) {
     const int g = 8, p = g * m;
     const std::vector<int> nodes = blocked_nodes(g, m);
     for (double n : {64 * MiB, 8 * GiB}) {
-      const double ring =
+      SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n));
+      const double channels =
           estimate_time(build_schedule(CollectiveKind::all_reduce, Algorithm::ring, nodes, n), nodes, kTwoTier);
-      const double hier = hierarchical_closed_form_time(CollectiveKind::all_reduce, g, m, n, kTwoTier);
-      EXPECT_LT(hier, ring / 3) << "p=" << p;
+      const double one_channel = closed_form_time(CollectiveKind::all_reduce, Algorithm::ring, p, n,
+                                                  kTwoTier.alpha_inter, kTwoTier.beta_inter);
+      EXPECT_LT(channels, one_channel / 3);
+      for (CollectiveKind kind : {CollectiveKind::all_gather, CollectiveKind::reduce_scatter})
+        EXPECT_EQ(select_algorithm(kind, nodes, n, kTwoTier), Algorithm::ring);
     }
   }
-  // With the fold making rhd pay n b_e twice, hierarchical is the pick for a 3-node group.
   EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, blocked_nodes(8, 3), 8 * GiB, kTwoTier),
             Algorithm::hierarchical);
 }

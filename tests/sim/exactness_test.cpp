@@ -71,8 +71,8 @@ TEST_P(Exactness, MatchesClosedFormWithinOneThousandth) {
     const double simulated = timing.end - timing.start;
     const double closed = sim::closed_form_time(e.kind, algorithm, p, e.bytes, kAlpha, kBeta);
     EXPECT_NEAR(simulated / closed, 1.0, 1e-3)
-        << core::collective_kind_name(e.kind) << " " << sim::algorithm_name(algorithm) << " p=" << p
-        << " n=" << e.bytes << ": simulated " << simulated << " s, closed form " << closed << " s";
+        << core::collective_kind_name(e.kind) << " " << sim::algorithm_name(algorithm) << " p=" << p << " n=" << e.bytes
+        << ": simulated " << simulated << " s, closed form " << closed << " s";
   }
 }
 
@@ -93,13 +93,11 @@ INSTANTIATE_TEST_SUITE_P(Direct, Exactness,
                                             ::testing::Values(2, 3, 4, 5, 8, 16, 64)),
                          name_of);
 
-// Hierarchical collectives on m nodes of g devices (NVLink inside, one NIC per device, one
-// non-blocking leaf switch): intra-node phases at NVLink alpha/beta, the inter-node phase at NIC
-// alpha/beta with the g shards on g NICs in parallel (simulators.md 5, invariant 2).
-class HierarchicalExactness : public ::testing::TestWithParam<std::tuple<int, int>> {};
-
-TEST_P(HierarchicalExactness, MatchesClosedFormWithinOneThousandth) {
-  const auto [g, m] = GetParam();
+// Collectives on m nodes of g devices (NVLink inside, one NIC per device, one non-blocking leaf
+// switch), every one forced to `algorithm`, against `closed_form(kind, g, m, bytes, costs)`.
+template <class ClosedForm>
+void expect_node_shaped_exactness(int g, int m, Algorithm algorithm, const std::vector<CollectiveKind>& kinds,
+                                  ClosedForm closed_form) {
   const sim::PlatformSpec platform = one_leaf_cluster(m, g, {400e9, 0.3e-6}, {50e9, 1.25e-6}, true, 0.13e-6);
   sim::LinkCosts costs;
   costs.alpha_intra = 2 * platform.nvlink_latency;
@@ -109,26 +107,49 @@ TEST_P(HierarchicalExactness, MatchesClosedFormWithinOneThousandth) {
 
   core::Program program = empty_program({g * m}, {"world"});
   std::vector<std::tuple<int, CollectiveKind, double>> expected;
-  for (CollectiveKind kind : kKinds)
+  for (CollectiveKind kind : kinds)
     for (double bytes : kSizes) expected.emplace_back(add_collective(program, kind, bytes, {0}), kind, bytes);
   sim::SimOptions options;
-  for (CollectiveKind kind : kKinds) options.algorithms[kind] = Algorithm::hierarchical;
+  for (CollectiveKind kind : kinds) options.algorithms[kind] = algorithm;
   const sim::SimResult result = sim::simulate(program, platform, options);
   for (const auto& [op, kind, bytes] : expected) {
     const double simulated = result.timings[0][op].end - result.timings[0][op].start;
-    const double closed = sim::hierarchical_closed_form_time(kind, g, m, bytes, costs);
-    EXPECT_NEAR(simulated / closed, 1.0, 1e-3) << core::collective_kind_name(kind) << " g=" << g << " m=" << m
-                                                << " n=" << bytes << ": simulated " << simulated << " s, closed form "
-                                                << closed << " s";
+    const double closed = closed_form(kind, g, m, bytes, costs);
+    EXPECT_NEAR(simulated / closed, 1.0, 1e-3)
+        << core::collective_kind_name(kind) << " " << sim::algorithm_name(algorithm) << " g=" << g << " m=" << m
+        << " n=" << bytes << ": simulated " << simulated << " s, closed form " << closed << " s";
   }
 }
 
+std::string nodes_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+  return "g" + std::to_string(std::get<0>(info.param)) + "_m" + std::to_string(std::get<1>(info.param));
+}
+
+// Hierarchical: intra-node phases at NVLink alpha/beta, the inter-node phase at NIC alpha/beta
+// with the g shards on g NICs in parallel (simulators.md 5, invariant 2).
+class HierarchicalExactness : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(HierarchicalExactness, MatchesClosedFormWithinOneThousandth) {
+  const auto [g, m] = GetParam();
+  expect_node_shaped_exactness(g, m, Algorithm::hierarchical, kKinds, sim::hierarchical_closed_form_time);
+}
+
 INSTANTIATE_TEST_SUITE_P(Nodes, HierarchicalExactness,
-                         ::testing::Combine(::testing::Values(2, 4, 8), ::testing::Values(2, 3, 4, 16)),
-                         [](const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
-                           return "g" + std::to_string(std::get<0>(info.param)) + "_m" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         ::testing::Combine(::testing::Values(2, 4, 8), ::testing::Values(2, 3, 4, 16)), nodes_name);
+
+// The ring across nodes: a channel per NIC, the node rings on NVLink and the rails on the NICs at
+// once (sim/src/collectives/ring.cpp).
+class RingAcrossNodesExactness : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(RingAcrossNodesExactness, MatchesClosedFormWithinOneThousandth) {
+  const auto [g, m] = GetParam();
+  expect_node_shaped_exactness(g, m, Algorithm::ring,
+                               {CollectiveKind::all_reduce, CollectiveKind::all_gather, CollectiveKind::reduce_scatter},
+                               sim::ring_across_nodes_closed_form_time);
+}
+
+INSTANTIATE_TEST_SUITE_P(Nodes, RingAcrossNodesExactness,
+                         ::testing::Combine(::testing::Values(2, 4, 8), ::testing::Values(2, 3, 4, 16)), nodes_name);
 
 }  // namespace
 }  // namespace stratsim::test

@@ -65,6 +65,15 @@ inline void check_costs(const LinkCosts& costs) {
   check_cost(costs.beta_inter, "beta_inter");
 }
 
+// The node-shaped closed forms' argument checks for m nodes of g members.
+inline void check_node_shape(std::string_view algorithm, int g, int m, double bytes, const LinkCosts& costs) {
+  if (g < 2 || m < 2)
+    fail(fmt::format("{} needs at least 2 nodes with at least 2 members each (got {} of {})", algorithm, m, g));
+  check_group_size(static_cast<long long>(g) * m);
+  check_bytes(bytes);
+  check_costs(costs);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Phase building blocks. Members are indices into the group; a "ring" or "chain" is a list of them.
 
@@ -140,6 +149,10 @@ NodeLayout require_hierarchical_layout(const std::vector<int>& member_nodes, std
 
 // ring.cpp. `full`: the size of the group a folded schedule stands for (p when not folded).
 Schedule ring_schedule(CollectiveKind kind, int p, double bytes, int full);
+// Across nodes (ring_runs_channels) the ring is one channel per member of a node, each on its
+// own rail: a ring per node and a ring per rail at once. `full_m` as for hierarchical_schedule.
+bool ring_runs_channels(CollectiveKind kind, const NodeLayout& layout);
+Schedule channel_rings_schedule(CollectiveKind kind, const NodeLayout& layout, double bytes, int full_m);
 double ring_closed_form(CollectiveKind kind, int p, double n, double a, double b);
 
 // tree.cpp: double binary tree all-reduce (foldable: `full` as for rings), binomial broadcast.

@@ -175,15 +175,6 @@ using namespace collectives;
 
 namespace {
 
-// The closed forms' argument checks for m nodes of g members.
-void check_node_shape(std::string_view algorithm, int g, int m, double bytes, const LinkCosts& costs) {
-  if (g < 2 || m < 2)
-    fail(fmt::format("{} needs at least 2 nodes with at least 2 members each (got {} of {})", algorithm, m, g));
-  check_group_size(static_cast<long long>(g) * m);
-  check_bytes(bytes);
-  check_costs(costs);
-}
-
 // A node stage (its first latency and its transfer) pipelined beside the rails' double binary trees
 // carrying `shard`: the trees' other latency steps fill the pipeline, and the slower of the two
 // decides (the busiest node sends f half shards through its NIC).

@@ -6,10 +6,25 @@
 // Broadcast is a pipelined chain from member 0 ((p-1) alpha + n beta: the whole buffer crosses
 // one link's worth of bandwidth); all-to-all is the pairwise exchange, p - 1 permutation steps of
 // n/p each. One phase per ring collective: its pipelined steps are latency terms of that phase.
+//
+// Across nodes (the same number g >= 2 of members on each of m >= 2 nodes) NCCL's ring is g
+// channels or more, spread over the node's NICs. A channel enters a node through one member's NIC,
+// walks the node, and leaves through the NIC of the member it ends on (graph/search.cc, crossNic
+// 2); every other node runs the channel's partner ring backwards, so the hop into the next node
+// lands on the NIC the chunks left by and stays on one rail (graph/connect.cc, "Alternate rings to
+// avoid crossing rails"). Each channel carries 1/g of the buffer, so over all channels each edge
+// of a node's ring carries (g-1)/g of what a member sends around the whole ring and each rail one
+// g-th of it: one ring per node and one per rail, all at once (pipelined), with NCCL's split of
+// the ring's steps (tuning.cc: S(m-1) across nodes, S(p-m) inside them; S = 2 for all-reduce, 1
+// for all-gather and reduce-scatter). A single ring through one NIC per node, which the flat
+// schedule would be, gives 48 GB/s busbw on 2 nodes of 8 H100s where NCCL_ALGO=Ring measured 393
+// (benchmarks/README.md). Broadcast keeps its one chain and all-to-all its pairwise steps.
 
 #include "common.hpp"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace stratsim::sim::collectives {
 
@@ -61,6 +76,35 @@ Schedule ring_schedule(CollectiveKind kind, int p, double bytes, int full) {
   return schedule;
 }
 
+bool ring_runs_channels(CollectiveKind kind, const NodeLayout& layout) {
+  const bool channelled = kind == CollectiveKind::all_reduce || kind == CollectiveKind::all_gather ||
+                          kind == CollectiveKind::reduce_scatter;
+  return channelled && layout.hierarchical();
+}
+
+namespace {
+
+// S: the ring passes over the buffer (an all-reduce is a reduce-scatter and an all-gather).
+int ring_passes(CollectiveKind kind) { return kind == CollectiveKind::all_reduce ? 2 : 1; }
+
+}  // namespace
+
+// `full_m`: the node count of the group the schedule stands for. Folded, the rails close over the
+// simulated nodes and every flow and step count is the full ring's.
+Schedule channel_rings_schedule(CollectiveKind kind, const NodeLayout& layout, double bytes, int full_m) {
+  const int g = layout.g(), full_p = g * full_m, passes = ring_passes(kind);
+  const double ring_bytes = passes * ring_pass_bytes(full_p, bytes);  // each member sends, all channels
+  Schedule schedule;
+  SchedulePhase inside = make_phase("ring channels inside nodes", passes * (full_p - full_m));
+  for (const auto& node : layout.nodes) add_ring(inside, node, ring_bytes * (g - 1) / g);
+  append(schedule, std::move(inside));
+  SchedulePhase across = make_phase("ring channels across nodes", passes * (full_m - 1));
+  for (const auto& rail : layout.rails()) add_ring(across, rail, ring_bytes / g);
+  append(schedule, std::move(across));
+  schedule.pipelined = true;  // the channels' chunks are in every hop at once
+  return schedule;
+}
+
 double ring_closed_form(CollectiveKind kind, int p, double n, double a, double b) {
   switch (kind) {
     case CollectiveKind::all_reduce:  // 2(p-1)a + 2(p-1)/p n b
@@ -79,3 +123,26 @@ double ring_closed_form(CollectiveKind kind, int p, double n, double a, double b
 }
 
 }  // namespace stratsim::sim::collectives
+
+namespace stratsim::sim {
+
+using namespace collectives;
+
+// The pipelined estimate of channel_rings_schedule, with R = S (p-1)/p n each member sends over all
+// channels and p = g m:
+//   (S(p-m) - 1) a_i + (S(m-1) - 1) a_e + max(a_i + (g-1)/g R b_i, a_e + R/g b_e).
+double ring_across_nodes_closed_form_time(CollectiveKind kind, int g, int m, double bytes, const LinkCosts& costs) {
+  check_node_shape("ring across nodes", g, m, bytes, costs);
+  if (kind != CollectiveKind::all_reduce && kind != CollectiveKind::all_gather &&
+      kind != CollectiveKind::reduce_scatter)
+    fail(fmt::format("the ring runs channels across nodes for all_reduce, all_gather and reduce_scatter, not {}",
+                     kind_name(kind)));
+  if (bytes == 0) return 0;
+  const int p = g * m, passes = ring_passes(kind);
+  const double ring_bytes = passes * ring_pass_bytes(p, bytes);
+  return (passes * (p - m) - 1) * costs.alpha_intra + (passes * (m - 1) - 1) * costs.alpha_inter +
+         std::max(costs.alpha_intra + ring_bytes * (g - 1) / g * costs.beta_intra,
+                  costs.alpha_inter + ring_bytes / g * costs.beta_inter);
+}
+
+}  // namespace stratsim::sim

@@ -100,9 +100,9 @@ double candidate_time(CollectiveKind kind, Algorithm algorithm, const std::vecto
   return estimate_time(build_schedule(kind, algorithm, member_nodes, bytes), member_nodes, costs);
 }
 
-// What NCCL itself would consider: rings and double binary trees for reductions, rings for
-// all-gather and reduce-scatter, point-to-point for all-to-all; hierarchical stands for NCCL's
-// multi-channel rings that spread a node's inter-node traffic over all its NICs. Pure alpha-beta
+// What NCCL itself would consider: rings (across nodes, a channel per NIC) and double binary trees
+// for reductions, rings for all-gather and reduce-scatter, point-to-point for all-to-all;
+// hierarchical stands for NCCL's tree across nodes and for its PXN all-to-all. Pure alpha-beta
 // would otherwise pick recursive halving-doubling or direct at every size (they have ring's
 // bandwidth term with fewer latency terms), which NCCL never runs; they stay available by name.
 std::vector<Algorithm> nccl_candidates(CollectiveKind kind) {

@@ -66,12 +66,13 @@ void check_fits(core::CollectiveKind kind, Algorithm algorithm, const std::vecto
 
 // Folding (rank symmetry across nodes, see simulator.hpp): a group of full_size members is
 // simulated on its first member_nodes.size() members, which stand for all of them; member i of the
-// full group maps to simulated member i mod member_nodes.size(). Rings, pipelined chains and
-// hierarchical rails close over the simulated members and keep the full group's chunk sizes and
-// latency steps, so every simulated member sends and receives exactly what it would in the full
-// group; the double binary tree spans the simulated members with the full trees' depth (each member
-// keeps its one parent and at most two children per tree, so its traffic is unchanged too).
-// Direct, rhd, binomial broadcast and all-to-all reach members at every distance and do not fold.
+// full group maps to simulated member i mod member_nodes.size(). Rings (across nodes, the rails
+// of their channels), pipelined chains and hierarchical rails close over the simulated members and
+// keep the full group's chunk sizes and latency steps, so every simulated member sends and
+// receives exactly what it would in the full group; the double binary tree spans the simulated
+// members with the full trees' depth (each member keeps its one parent and at most two children
+// per tree, so its traffic is unchanged too). Direct, rhd, binomial broadcast and all-to-all reach
+// members at every distance and do not fold.
 bool folds(core::CollectiveKind kind, Algorithm algorithm);
 // The folded schedule; equals build_schedule when full_size == member_nodes.size(). Throws
 // std::invalid_argument when the algorithm does not fold or full_size is not a multiple.
@@ -94,6 +95,10 @@ double closed_form_time(core::CollectiveKind kind, Algorithm algorithm, int p, d
 // Hierarchical closed form: m nodes of g members each, intra (alpha_i, beta_i), inter (alpha_e,
 // beta_e) with the g per-node shards travelling over g NICs in parallel.
 double hierarchical_closed_form_time(core::CollectiveKind kind, int g, int m, double bytes, const LinkCosts& costs);
+// The ring across nodes on the same shape (all_reduce, all_gather, reduce_scatter): g channels,
+// each leaving every node on its own rail, so the ring's bytes cross the nodes over g NICs at once.
+double ring_across_nodes_closed_form_time(core::CollectiveKind kind, int g, int m, double bytes,
+                                          const LinkCosts& costs);
 // NVLSTree all-reduce on the same shape: NVLS inside the nodes (costs.nvls_tree_beta), the rails' trees
 // across them; the route latencies only (the NVLS launch, costs.nvls_launch, is not included).
 double nvls_tree_closed_form_time(int g, int m, double bytes, const LinkCosts& costs);
