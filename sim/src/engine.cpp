@@ -684,19 +684,17 @@ void Simulation::run_measured(const ProgramOp& op, const MeasuredCurve& curve, c
 // A group of one moves nothing over the network, but an out-of-place collective still fills its
 // own output: NCCL (ncclLaunchOneRank) copies the send buffer into a distinct receive buffer with
 // one device-to-device cudaMemcpyAsync (nothing when the two alias), and Gloo copies the local
-// input into the output. The program's all-gathers, reduce-scatters and all-to-alls are out of
-// place as stratsim's executor and DTensor's functional collectives issue them, so they pay a read
-// and a write of the buffer at the rate streaming kernels reach; all-reduce and broadcast run in
-// place (DDP's buckets, NO_SHARD gradients) and cost only the launch. (PyTorch's FSDP2 gathers in
+// input into the output. The program's all-gathers, reduce-scatters, all-to-alls and scatters are
+// out of place as stratsim's executor and DTensor's functional collectives issue them
+// (core::runs_in_place), so they pay a read and a write of the buffer at the rate streaming kernels
+// reach; all-reduce and broadcast run in place (DDP's buckets, NO_SHARD gradients) and cost only
+// the launch. (PyTorch's FSDP2 gathers in
 // place, and copies where it would reduce-scatter, at world size 1; FSDP1 switches to NO_SHARD
 // there. Neither is planned yet: issue 11.) Measured with `stratsim run` on one H100 and one H200:
 // 0.44-4.2 GB gathers and scatters took 0.22-5.3 ms beside compute, 1.3-1.5x the price of the copy
 // alone at the median; priced at their 5 us launch before.
 double Simulation::one_rank_copy_seconds(const ProgramOp& op) const {
-  using core::CollectiveKind;
-  if (op.kind != CollectiveKind::all_gather && op.kind != CollectiveKind::reduce_scatter &&
-      op.kind != CollectiveKind::all_to_all)
-    return 0;
+  if (core::runs_in_place(op.kind)) return 0;
   const double bytes = static_cast<double>(op.output_bytes > 0 ? op.output_bytes : op.bytes);
   const double rate = device_.memory_bandwidth * platform_.cost.compute.efficiency("elementwise").memory;
   if (bytes <= 0 || rate <= 0) return 0;

@@ -93,15 +93,16 @@ TEST(Streams, IndependentCollectiveRunsBesideCompute) {
 
 // A group of one moves nothing, but an out-of-place collective still fills its own buffer: NCCL
 // copies the send buffer into the receive buffer (one device-to-device copy), so an all-gather, a
-// reduce-scatter and an all-to-all read and write their bytes at the device's streaming rate. An
-// all-reduce or a broadcast runs in place and costs only the launch. No communication kernel
+// reduce-scatter, an all-to-all and a scatter (the root's one chunk to itself) read and write their
+// bytes at the device's streaming rate. An all-reduce or a broadcast runs in place and costs only
+// the launch. No communication kernel
 // holds the SMs, so compute beside the copy is not slowed by interference.
 TEST(OneRankGroups, OutOfPlaceKindsCopyTheirBufferInPlaceKindsOnlyLaunch) {
   const double bytes = 1e9, overhead = 5e-6, hbm = 1e12;
   core::Program program = empty_program({1}, {"world"});
   std::vector<int> ops;
   for (CollectiveKind kind : {CollectiveKind::all_gather, CollectiveKind::reduce_scatter, CollectiveKind::all_to_all,
-                              CollectiveKind::all_reduce, CollectiveKind::broadcast})
+                              CollectiveKind::all_reduce, CollectiveKind::broadcast, CollectiveKind::scatter})
     ops.push_back(
         add_collective(program, kind, bytes, {0}, ops.empty() ? std::vector<int>{} : std::vector{ops.back()}));
   const int first = add_compute(program, 1e9);           // 1 ms at 1 TFLOP/s
@@ -117,6 +118,7 @@ TEST(OneRankGroups, OutOfPlaceKindsCopyTheirBufferInPlaceKindsOnlyLaunch) {
   EXPECT_NEAR(duration(result, ops[2]), overhead + copy, 1e-12);
   EXPECT_NEAR(duration(result, ops[3]), overhead, 1e-12);
   EXPECT_NEAR(duration(result, ops[4]), overhead, 1e-12);
+  EXPECT_NEAR(duration(result, ops[5]), overhead + copy, 1e-12);
   ASSERT_LT(result.timings[0][gemm].start, result.timings[0][ops[0]].end);
   EXPECT_NEAR(result.timings[0][gemm].end, 1.001, 1e-9);
   for (const sim::CollectiveRun& run : result.collectives) EXPECT_EQ(run.group_size, 1);
