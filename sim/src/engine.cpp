@@ -688,11 +688,10 @@ void Simulation::run_measured(const ProgramOp& op, const MeasuredCurve& curve, c
 // out of place as stratsim's executor and DTensor's functional collectives issue them
 // (core::runs_in_place), so they pay a read and a write of the buffer at the rate streaming kernels
 // reach; all-reduce and broadcast run in place (DDP's buckets, NO_SHARD gradients) and cost only
-// the launch. (PyTorch's FSDP2 gathers in
-// place, and copies where it would reduce-scatter, at world size 1; FSDP1 switches to NO_SHARD
-// there. Neither is planned yet: issue 11.) Measured with `stratsim run` on one H100 and one H200:
-// 0.44-4.2 GB gathers and scatters took 0.22-5.3 ms beside compute, 1.3-1.5x the price of the copy
-// alone at the median; priced at their 5 us launch before.
+// the launch. (PyTorch's FSDP2 gathers in place, and copies where it would reduce-scatter, at world
+// size 1; FSDP1 switches to NO_SHARD there. Neither is planned yet: issue 11.) Measured with
+// `stratsim run` on one H100 and one H200: 0.44-4.2 GB gathers and scatters took 0.22-5.3 ms beside
+// compute, 1.3-1.5x the price of the copy alone at the median; priced at their 5 us launch before.
 double Simulation::one_rank_copy_seconds(const ProgramOp& op) const {
   if (core::runs_in_place(op.kind)) return 0;
   const double bytes = static_cast<double>(op.output_bytes > 0 ? op.output_bytes : op.bytes);

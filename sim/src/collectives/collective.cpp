@@ -87,12 +87,9 @@ Schedule build_schedule(CollectiveKind kind, Algorithm algorithm, const std::vec
                                                       : nvls_tree_schedule(layout, bytes, layout.m());
   } else if (p > 1 && bytes > 0) {
     switch (algorithm) {
-      case Algorithm::ring: {
-        const NodeLayout layout = node_layout(member_nodes);
-        schedule = ring_runs_channels(kind, layout) ? channel_rings_schedule(kind, layout, bytes, layout.m())
-                                                    : ring_schedule(kind, p, bytes, p);
+      case Algorithm::ring:
+        schedule = ring_schedule(kind, member_nodes, bytes, p);
         break;
-      }
       case Algorithm::tree:
         schedule = tree_schedule(kind, p, bytes);
         break;
@@ -147,13 +144,9 @@ Schedule build_folded_schedule(CollectiveKind kind, Algorithm algorithm, const s
     if (bytes > 0)
       schedule = algorithm == Algorithm::hierarchical ? hierarchical_schedule(kind, layout, bytes, full_m)
                                                       : nvls_tree_schedule(layout, bytes, full_m);
-  } else if (algorithm == Algorithm::ring && bytes > 0) {
-    const NodeLayout layout = node_layout(member_nodes);
-    schedule = ring_runs_channels(kind, layout)
-                   ? channel_rings_schedule(kind, layout, bytes, layout.m() * (full_size / p))
-                   : ring_schedule(kind, p, bytes, full_size);
   } else if (bytes > 0) {
-    schedule = tree_all_reduce(p, bytes, full_size);
+    schedule = algorithm == Algorithm::ring ? ring_schedule(kind, member_nodes, bytes, full_size)
+                                            : tree_all_reduce(p, bytes, full_size);
   }
   schedule.kind = kind;
   schedule.algorithm = algorithm;

@@ -101,6 +101,14 @@ inline void add_ring(SchedulePhase& phase, const std::vector<int>& ring, double 
   for (int i = 0; i < size; ++i) add_flow(phase, ring[i], ring[(i + 1) % size], bytes);
 }
 
+// One phase of `steps` latency steps: a ring over each member list at once, `bytes` per flow.
+inline SchedulePhase rings_phase(std::string label, int steps, const std::vector<std::vector<int>>& rings,
+                                 double bytes) {
+  SchedulePhase phase = make_phase(std::move(label), steps);
+  for (const auto& ring : rings) add_ring(phase, ring, bytes);
+  return phase;
+}
+
 inline void add_chain(SchedulePhase& phase, const std::vector<int>& chain, double bytes) {
   for (std::size_t i = 0; i + 1 < chain.size(); ++i) add_flow(phase, chain[i], chain[i + 1], bytes);
 }
@@ -148,11 +156,9 @@ NodeLayout require_hierarchical_layout(const std::vector<int>& member_nodes, std
 // a uniform platform (alpha a, beta b), which must agree phase by phase.
 
 // ring.cpp. `full`: the size of the group a folded schedule stands for (p when not folded).
-Schedule ring_schedule(CollectiveKind kind, int p, double bytes, int full);
-// Across nodes (ring_runs_channels) the ring is one channel per member of a node, each on its
-// own rail: a ring per node and a ring per rail at once. `full_m` as for hierarchical_schedule.
-bool ring_runs_channels(CollectiveKind kind, const NodeLayout& layout);
-Schedule channel_rings_schedule(CollectiveKind kind, const NodeLayout& layout, double bytes, int full_m);
+// Across nodes (an even layout of g >= 2 members on m >= 2 nodes) all-reduce, all-gather and
+// reduce-scatter run a channel per NIC: a ring per node and a ring per rail at once.
+Schedule ring_schedule(CollectiveKind kind, const std::vector<int>& member_nodes, double bytes, int full);
 double ring_closed_form(CollectiveKind kind, int p, double n, double a, double b);
 
 // tree.cpp: double binary tree all-reduce (foldable: `full` as for rings), binomial broadcast.

@@ -61,12 +61,6 @@ NodeLayout require_hierarchical_layout(const std::vector<int>& member_nodes, std
 
 namespace {
 
-SchedulePhase rings_phase(std::string label, int steps, const std::vector<std::vector<int>>& rings, double bytes) {
-  SchedulePhase phase = make_phase(std::move(label), steps);
-  for (const auto& ring : rings) add_ring(phase, ring, bytes);
-  return phase;
-}
-
 SchedulePhase groups_all_pairs_phase(std::string label, const std::vector<std::vector<int>>& groups, double bytes) {
   SchedulePhase phase = make_phase(std::move(label), 1);
   for (const auto& group : groups) add_all_pairs(phase, group, bytes);

@@ -30,9 +30,21 @@ namespace stratsim::sim::collectives {
 
 using core::CollectiveKind;
 
-// `full` is the size of the group the schedule stands for (see build_folded_schedule): the ring
-// closes over the p simulated members but moves the full ring's chunks for its latency steps.
-Schedule ring_schedule(CollectiveKind kind, int p, double bytes, int full) {
+namespace {
+
+// The kinds whose ring runs a channel per NIC across nodes.
+bool runs_in_channels(CollectiveKind kind) {
+  return kind == CollectiveKind::all_reduce || kind == CollectiveKind::all_gather ||
+         kind == CollectiveKind::reduce_scatter;
+}
+
+// S: the ring passes over the buffer (an all-reduce is a reduce-scatter and an all-gather).
+int ring_passes(CollectiveKind kind) { return kind == CollectiveKind::all_reduce ? 2 : 1; }
+
+// One ring through the p members. `full` is the size of the group the schedule stands for (see
+// build_folded_schedule): the ring closes over the p simulated members but moves the full ring's
+// chunks for its latency steps.
+Schedule flat_ring_schedule(CollectiveKind kind, int p, double bytes, int full) {
   Schedule schedule;
   const std::vector<int> members = identity_members(p);
   switch (kind) {
@@ -76,33 +88,29 @@ Schedule ring_schedule(CollectiveKind kind, int p, double bytes, int full) {
   return schedule;
 }
 
-bool ring_runs_channels(CollectiveKind kind, const NodeLayout& layout) {
-  const bool channelled = kind == CollectiveKind::all_reduce || kind == CollectiveKind::all_gather ||
-                          kind == CollectiveKind::reduce_scatter;
-  return channelled && layout.hierarchical();
-}
-
-namespace {
-
-// S: the ring passes over the buffer (an all-reduce is a reduce-scatter and an all-gather).
-int ring_passes(CollectiveKind kind) { return kind == CollectiveKind::all_reduce ? 2 : 1; }
-
-}  // namespace
-
-// `full_m`: the node count of the group the schedule stands for. Folded, the rails close over the
-// simulated nodes and every flow and step count is the full ring's.
+// A channel per NIC across nodes. `full_m`: the node count of the group the schedule stands for.
+// Folded, the rails close over the simulated nodes and every flow and step count is the full
+// ring's.
 Schedule channel_rings_schedule(CollectiveKind kind, const NodeLayout& layout, double bytes, int full_m) {
   const int g = layout.g(), full_p = g * full_m, passes = ring_passes(kind);
   const double ring_bytes = passes * ring_pass_bytes(full_p, bytes);  // each member sends, all channels
   Schedule schedule;
-  SchedulePhase inside = make_phase("ring channels inside nodes", passes * (full_p - full_m));
-  for (const auto& node : layout.nodes) add_ring(inside, node, ring_bytes * (g - 1) / g);
-  append(schedule, std::move(inside));
-  SchedulePhase across = make_phase("ring channels across nodes", passes * (full_m - 1));
-  for (const auto& rail : layout.rails()) add_ring(across, rail, ring_bytes / g);
-  append(schedule, std::move(across));
+  append(schedule,
+         rings_phase("ring channels inside nodes", passes * (full_p - full_m), layout.nodes, ring_bytes * (g - 1) / g));
+  append(schedule, rings_phase("ring channels across nodes", passes * (full_m - 1), layout.rails(), ring_bytes / g));
   schedule.pipelined = true;  // the channels' chunks are in every hop at once
   return schedule;
+}
+
+}  // namespace
+
+Schedule ring_schedule(CollectiveKind kind, const std::vector<int>& member_nodes, double bytes, int full) {
+  const int p = static_cast<int>(member_nodes.size());
+  if (runs_in_channels(kind)) {
+    const NodeLayout layout = node_layout(member_nodes);
+    if (layout.hierarchical()) return channel_rings_schedule(kind, layout, bytes, layout.m() * (full / p));
+  }
+  return flat_ring_schedule(kind, p, bytes, full);
 }
 
 double ring_closed_form(CollectiveKind kind, int p, double n, double a, double b) {
@@ -133,8 +141,7 @@ using namespace collectives;
 //   (S(p-m) - 1) a_i + (S(m-1) - 1) a_e + max(a_i + (g-1)/g R b_i, a_e + R/g b_e).
 double ring_across_nodes_closed_form_time(CollectiveKind kind, int g, int m, double bytes, const LinkCosts& costs) {
   check_node_shape("ring across nodes", g, m, bytes, costs);
-  if (kind != CollectiveKind::all_reduce && kind != CollectiveKind::all_gather &&
-      kind != CollectiveKind::reduce_scatter)
+  if (!runs_in_channels(kind))
     fail(fmt::format("the ring runs channels across nodes for all_reduce, all_gather and reduce_scatter, not {}",
                      kind_name(kind)));
   if (bytes == 0) return 0;
