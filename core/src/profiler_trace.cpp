@@ -95,15 +95,23 @@ std::optional<int> element_size(const std::string& dtype) {
   return it->second;
 }
 
-// "[0, 1, 2]" (record_param_comms writes the ranks as a string) or [0, 1, 2]; empty when absent
-// or elided ("[0, 1, ...]").
+// A process group names each of its ranks once; a list that repeats one (a hand-edited or
+// damaged trace) says nothing reliable about the group, so it reads as unknown.
+std::vector<int> distinct_or_empty(std::vector<int> ranks) {
+  if (std::set<int>(ranks.begin(), ranks.end()).size() != ranks.size()) return {};
+  return ranks;
+}
+
+// "[0, 1, 2]" (record_param_comms writes the ranks as a string) or [0, 1, 2]; empty when absent,
+// elided ("[0, 1, ...]"), or not a list of distinct ranks.
 std::vector<int> rank_list(const json& value) {
   std::vector<int> ranks;
   if (value.is_array()) {
     for (const json& r : value)
-      if (r.is_number_integer()) ranks.push_back(r.get<int>());
+      if (r.is_number_integer() && r.get<std::int64_t>() >= 0 && r.get<std::int64_t>() < kMaxRanks)
+        ranks.push_back(r.get<int>());
       else return {};
-    return ranks;
+    return distinct_or_empty(std::move(ranks));
   }
   if (!value.is_string()) return {};
   const std::string text = value.get<std::string>();
@@ -119,7 +127,7 @@ std::vector<int> rank_list(const json& value) {
       ++i;
     }
   }
-  return ranks;
+  return distinct_or_empty(std::move(ranks));
 }
 
 std::int64_t nelems(const json& args, const char* key) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -189,10 +190,12 @@ TraceTimeline trace_timeline(const ProfilerTrace& trace) {
     std::map<std::vector<int>, std::vector<std::size_t>> instances;  // members -> rank slots
     for (const auto& [slot, index] : ran[op.id]) {
       std::vector<int> members = trace.ranks[slot].collectives[index].group;
-      // A group the trace names with ranks outside its world (a hand-edited file) counts as unknown.
+      // A group the trace names with ranks outside its world, or with a rank twice (a hand-edited
+      // file), counts as unknown: the timeline's group sizes must fit its world.
       const bool inside =
           std::all_of(members.begin(), members.end(), [&](int r) { return r >= 0 && r < program.world_size; });
-      if (members.empty() || !inside) members = {trace.ranks[slot].rank};
+      const bool distinct = std::set<int>(members.begin(), members.end()).size() == members.size();
+      if (members.empty() || !inside || !distinct) members = {trace.ranks[slot].rank};
       instances[members].push_back(slot);
     }
     int instance = 0;

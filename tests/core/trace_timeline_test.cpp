@@ -3,8 +3,10 @@
 // timeline format's round trip, and whose ranks line up event by event.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../cli_support.hpp"
 #include "stratsim/core/run_analysis.hpp"
 #include "stratsim/core/timeline.hpp"
 #include "stratsim/core/trace_timeline.hpp"
@@ -112,6 +114,26 @@ TEST(TraceTimeline, RanksWithFewerEventsArePaddedAndSaySo) {
   ASSERT_FALSE(t.timeline.result.notes.empty());
   EXPECT_NE(t.timeline.result.notes[0].find("1 event positions some ranks lack"), std::string::npos)
       << t.timeline.result.notes[0];
+}
+
+// A process group that names a rank twice is no group: the reader reads it as unknown, and a trace
+// built in code with such a group still gives a timeline whose group sizes fit its world (the
+// timeline format refuses a group larger than the world; the fuzzer found one).
+TEST(TraceTimeline, AGroupNamingARankTwiceCountsAsUnknown) {
+  nlohmann::json rank0;
+  std::ifstream(kGloo + "/rank0.json") >> rank0;
+  rank0["distributedInfo"]["pg_config"][0]["ranks"] = {0, 1, 1};
+  const std::string edited = test::temp_path("rank0_group_twice.json");
+  std::ofstream(edited) << rank0.dump();
+  ProfilerTrace trace = read_profiler_trace({edited, kGloo + "/rank1.json"});
+  for (const TraceCollective& c : trace.ranks[0].collectives) EXPECT_TRUE(c.group.empty());
+  for (const TraceCollective& c : trace.ranks[1].collectives) EXPECT_EQ(c.group, (std::vector<int>{0, 1}));
+
+  trace.ranks[1].collectives[0].group = {1, 1};
+  const TraceTimeline t = trace_timeline(trace);
+  for (const CollectiveRun& run : t.timeline.result.collectives) EXPECT_LE(run.group_size, 2);
+  const Timeline back = timeline_from_json(timeline_json(t.timeline.program, t.timeline.result), "trace.json");
+  EXPECT_EQ(back.result.collectives.size(), t.timeline.result.collectives.size());
 }
 
 }  // namespace
