@@ -101,7 +101,8 @@ std::vector<MeasuredCurve> read_measured(const core::JsonReader& node) {
 Protocol read_protocol(const core::JsonReader& node) {
   node.expect_object();
   node.allow_only(
-      {"name", "bandwidth_fraction", "base_latency_us", "step_latency_us", "max_bytes", "measured", "source"});
+      {"name", "bandwidth_fraction", "base_latency_us", "step_latency_us", "max_bytes", "pipeline_chunk_kib",
+       "measured", "source"});
   Protocol protocol;
   protocol.name = node.at("name").as_string();
   if (protocol.name.empty()) node.at("name").fail("expected a protocol name");
@@ -124,6 +125,12 @@ Protocol read_protocol(const core::JsonReader& node) {
     const double bytes = node.at("max_bytes").as_number();
     if (!(bytes > 0)) node.at("max_bytes").fail(fmt::format("expected a positive number of bytes, got {}", bytes));
     protocol.max_bytes = bytes;
+  }
+  if (node.has("pipeline_chunk_kib")) {
+    const double kib = node.at("pipeline_chunk_kib").as_number();
+    if (!(kib >= 0 && kib <= 1 << 20))
+      node.at("pipeline_chunk_kib").fail(fmt::format("expected 0 to 1048576 KiB, got {}", kib));
+    protocol.pipeline_chunk = kib * 1024;
   }
   if (node.has("measured")) protocol.measured = read_measured(node.at("measured"));
   return protocol;
@@ -252,18 +259,22 @@ const MeasuredCurve* Protocol::measured_on(int ranks, int nodes) const {
   return nullptr;
 }
 
-double protocol_time(const Protocol& protocol, double latency, int intra_steps, int inter_steps, double bandwidth) {
-  return protocol.base_latency + latency + intra_steps * protocol.step_latency_intra +
-         inter_steps * protocol.step_latency_inter + bandwidth / protocol.bandwidth_fraction;
+double fill_chunk(const Protocol& protocol, const ScheduleCost& cost) {
+  return std::min(protocol.pipeline_chunk, cost.chunk_limit);
 }
 
-const Protocol* choose_protocol(const NetworkModel& network, double bytes, double latency, int intra_steps,
-                                int inter_steps, double bandwidth) {
+double protocol_time(const Protocol& protocol, const ScheduleCost& cost) {
+  return protocol.base_latency + cost.latency + cost.intra_steps * protocol.step_latency_intra +
+         cost.inter_steps * protocol.step_latency_inter +
+         (cost.bandwidth + fill_chunk(protocol, cost) * cost.fill) / protocol.bandwidth_fraction;
+}
+
+const Protocol* choose_protocol(const NetworkModel& network, double bytes, const ScheduleCost& cost) {
   const Protocol* best = nullptr;
   double best_time = 0;
   for (const Protocol& protocol : network.protocols) {
     if (bytes > protocol.max_bytes) continue;
-    const double time = protocol_time(protocol, latency, intra_steps, inter_steps, bandwidth);
+    const double time = protocol_time(protocol, cost);
     if (!best || time < best_time) best = &protocol, best_time = time;  // ties: the first listed
   }
   return best;

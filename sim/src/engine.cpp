@@ -544,8 +544,7 @@ const Protocol* Simulation::protocol_for(const ProgramOp& op, const Schedule& sc
   auto [it, inserted] = protocol_cache_.try_emplace(&schedule, nullptr);
   if (inserted) {
     const ScheduleCost cost = estimate_parts(schedule, member_nodes, costs_);
-    it->second = choose_protocol(platform_.cost.network, static_cast<double>(op.bytes), cost.latency, cost.intra_steps,
-                                 cost.inter_steps, cost.bandwidth);
+    it->second = choose_protocol(platform_.cost.network, static_cast<double>(op.bytes), cost);
   }
   return it->second;
 }
@@ -641,6 +640,10 @@ void Simulation::run_schedule(const Schedule& schedule, const std::vector<sg4::H
   }
   if (!schedule.pipelined) return;
   run_flows(hosts, pipeline, 1.0);
+  // A chunk pipeline's fill (ScheduleCost::fill), at the idle links' rates.
+  if (steps && protocol && schedule.chunk_limit > 0)
+    pipeline_wait +=
+        std::min(protocol->pipeline_chunk, schedule.chunk_limit) * scale * chunk_fill(schedule, member_nodes, costs_);
   if (pipeline_wait > 0) sg4::this_actor::sleep_for(pipeline_wait);
 }
 

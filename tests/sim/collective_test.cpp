@@ -509,6 +509,36 @@ TEST(CollectiveHierarchical, UniformAllReducePipelinesItsStages) {
                    2 * 6 + 2 * 3 + 1);
 }
 
+// A tree's chunks cross its hops one after another: the fill (seconds per byte of chunk) counts
+// every latency step of a non-NVLS phase as a hop at its link's beta, less the slowest hop. 8 x 4
+// with beta_i 1, beta_e 16: hierarchical's chains 2 x 7 hops inside, the trees 2 x 2 across:
+// 14 + 4 x 16 - 16 = 62; NVLSTree the trees only: 3 x 16 = 48. Both keep chunks of at most half
+// a rail's shard; rings, across nodes too, have no fill.
+TEST(CollectiveChunkFill, TreesFillHopByHopAndRingsDoNot) {
+  const double n = GiB;
+  const std::vector<int> nodes = blocked_nodes(8, 4);
+  const LinkCosts costs{0, 1, 0, 16};
+  const Schedule tree = build_schedule(CollectiveKind::all_reduce, Algorithm::hierarchical, nodes, n);
+  EXPECT_DOUBLE_EQ(chunk_fill(tree, nodes, costs), 2 * 7 + 4 * 16 - 16);
+  EXPECT_DOUBLE_EQ(tree.chunk_limit, n / 8 / 2);
+  const Schedule nvls_tree = build_schedule(CollectiveKind::all_reduce, Algorithm::nvls_tree, nodes, n);
+  EXPECT_DOUBLE_EQ(chunk_fill(nvls_tree, nodes, costs), 3 * 16);
+  const ScheduleCost parts = estimate_parts(nvls_tree, nodes, costs);
+  EXPECT_DOUBLE_EQ(parts.fill, 3 * 16);
+  EXPECT_DOUBLE_EQ(parts.chunk_limit, n / 8 / 2);
+  // 2 nodes: one hop up, one down; the busiest is not counted.
+  EXPECT_DOUBLE_EQ(chunk_fill(build_schedule(CollectiveKind::all_reduce, Algorithm::nvls_tree, blocked_nodes(8, 2), n),
+                              blocked_nodes(8, 2), costs),
+                   16);
+  for (CollectiveKind kind : {CollectiveKind::all_reduce, CollectiveKind::all_gather}) {
+    const Schedule ring = build_schedule(kind, Algorithm::ring, nodes, n);
+    EXPECT_EQ(ring.chunk_limit, 0);
+    EXPECT_EQ(chunk_fill(ring, nodes, costs), 0);
+    EXPECT_EQ(estimate_parts(ring, nodes, costs).fill, 0);
+  }
+  EXPECT_EQ(build_schedule(CollectiveKind::all_gather, Algorithm::hierarchical, nodes, n).chunk_limit, 0);
+}
+
 // NVLSTree: each node's NVLS halves (all pairs of the node, flagged NVLS, n (1 + 1/g) on every
 // member's link over both) beside the rails' trees, pipelined; its estimate is its closed form,
 // with the NVLS halves at nvls_beta and the trees at the NIC's beta.

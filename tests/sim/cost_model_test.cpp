@@ -234,16 +234,38 @@ TEST(ComputeModel, CpuRanksComputingTogetherUseTheAllBusyTable) {
 
 TEST(Protocols, TheTunerPicksTheFastestAllowed) {
   sim::NetworkModel network;
-  network.protocols = {{"LL", 0.25, 2e-6, 0, 0, std::numeric_limits<double>::infinity(), {}},
-                       {"Simple", 1.0, 10e-6, 5e-6, 5e-6, std::numeric_limits<double>::infinity(), {}}};
+  network.protocols = {{"LL", 0.25, 2e-6, 0, 0, std::numeric_limits<double>::infinity(), 0, {}},
+                       {"Simple", 1.0, 10e-6, 5e-6, 5e-6, std::numeric_limits<double>::infinity(), 0, {}}};
+  const auto steps = [](double bandwidth) {
+    sim::ScheduleCost cost;
+    cost.intra_steps = 14;
+    cost.bandwidth = bandwidth;
+    return cost;
+  };
   // Small: latency wins. 14 steps, 1 us of transfer: LL 2 + 4 = 6 us, Simple 10 + 70 + 1 = 81 us.
-  EXPECT_EQ(sim::choose_protocol(network, 1e3, 0, 14, 0, 1e-6)->name, "LL");
+  EXPECT_EQ(sim::choose_protocol(network, 1e3, steps(1e-6))->name, "LL");
   // Large: bandwidth wins. 1 ms of transfer: LL 4 ms, Simple 1.08 ms.
-  EXPECT_EQ(sim::choose_protocol(network, 1e9, 0, 14, 0, 1e-3)->name, "Simple");
+  EXPECT_EQ(sim::choose_protocol(network, 1e9, steps(1e-3))->name, "Simple");
   network.protocols[1].max_bytes = 1e6;
   network.protocols[0].max_bytes = std::numeric_limits<double>::infinity();
-  EXPECT_EQ(sim::choose_protocol(network, 1e9, 0, 14, 0, 1e-3)->name, "LL");  // Simple not allowed that large
-  EXPECT_EQ(sim::choose_protocol(sim::NetworkModel{}, 1e9, 0, 14, 0, 1e-3), nullptr);
+  EXPECT_EQ(sim::choose_protocol(network, 1e9, steps(1e-3))->name, "LL");  // Simple not allowed that large
+  EXPECT_EQ(sim::choose_protocol(sim::NetworkModel{}, 1e9, steps(1e-3)), nullptr);
+}
+
+// A chunk pipeline's fill is the protocol's chunk, up to the schedule's limit, across its hops:
+// 1 MiB chunks, 3 hops of 20 ps/B past the busiest (60 ps/B): 62.9 us on the whole link, twice
+// that at half of it; a ring (no limit) pays none.
+TEST(Protocols, AChunkPipelinePaysItsFillAtTheProtocolsShare) {
+  const sim::Protocol simple{"Simple", 0.5, 0, 0, 0, std::numeric_limits<double>::infinity(), 1 << 20, {}};
+  sim::ScheduleCost cost;
+  cost.bandwidth = 1e-3;
+  cost.fill = 60e-12;
+  EXPECT_DOUBLE_EQ(sim::protocol_time(simple, cost), 2e-3);  // no limit: a ring
+  cost.chunk_limit = 4 << 20;
+  EXPECT_DOUBLE_EQ(sim::fill_chunk(simple, cost), 1 << 20);
+  EXPECT_NEAR(sim::protocol_time(simple, cost), 2e-3 + 2 * (1 << 20) * 60e-12, 1e-15);
+  cost.chunk_limit = 1 << 19;  // a small collective keeps smaller chunks
+  EXPECT_NEAR(sim::protocol_time(simple, cost), 2e-3 + 2 * (1 << 19) * 60e-12, 1e-15);
 }
 
 // One ring all-reduce under a single protocol: its base latency replaces the collective overhead,
@@ -252,7 +274,7 @@ TEST(Protocols, RingAllReduceTimeUnderAProtocol) {
   core::Program program = empty_program({4}, {"world"});
   add_collective(program, CollectiveKind::all_reduce, 64e6, {0});
   sim::PlatformSpec platform = uniform_star(4, 100e9, 1e-6);
-  platform.cost.network.protocols = {{"Half", 0.5, 20e-6, 3e-6, 3e-6, std::numeric_limits<double>::infinity(), {}}};
+  platform.cost.network.protocols = {{"Half", 0.5, 20e-6, 3e-6, 3e-6, std::numeric_limits<double>::infinity(), 0, {}}};
   const sim::SimResult result = sim::simulate(program, platform);
   ASSERT_EQ(result.collectives.size(), 1u);
   EXPECT_EQ(result.collectives[0].algorithm, "ring/Half");
@@ -324,24 +346,41 @@ TEST(Nvls, H100PresetPicksItForLargeAllReducesInOneNode) {
   EXPECT_NE(sim::simulate(across, sim::parse_platform("h100:nodes=2")).collectives[0].algorithm, "nvls");
 }
 
-// NVLSTree on 2 nodes of 8 (NVLink 400 GB/s, one 50 GB/s NIC per GPU): the engine runs the NVLS
-// halves at the model's NVLSTree share of the link, the rails' trees beside them, after NVLS's
-// launch; within SimGrid's 1e-3 of the closed form. It is chosen where NVLS inside the node beats
-// the rings, and needs a switch that reduces and a group across nodes.
-TEST(NvlsTree, SimulatedTimeMatchesClosedFormAndSelection) {
-  sim::PlatformSpec platform = one_leaf_cluster(2, 8, {400e9, 0.3e-6}, {50e9, 1.25e-6}, true, 0.13e-6);
+// Nodes of 8 (NVLink 400 GB/s, one 50 GB/s NIC per GPU) whose switches reduce: NVLS at 0.9 of the
+// link, 0.8 inside NVLSTree, a 50 us launch; the link costs its closed form takes.
+sim::PlatformSpec nvls_tree_cluster(int nodes) {
+  sim::PlatformSpec platform = one_leaf_cluster(nodes, 8, {400e9, 0.3e-6}, {50e9, 1.25e-6}, true, 0.13e-6);
   platform.cost.network.nvls_bandwidth_fraction = 0.9;
   platform.cost.network.nvls_tree_bandwidth_fraction = 0.8;
   platform.cost.network.nvls_base_latency = 50e-6;
-  core::Program program = empty_program({16}, {"world"});
-  add_collective(program, CollectiveKind::all_reduce, 1e9, {0});
-  sim::SimOptions forced;
-  forced.algorithms[CollectiveKind::all_reduce] = sim::Algorithm::nvls_tree;
+  return platform;
+}
+
+sim::LinkCosts nvls_tree_costs(const sim::PlatformSpec& platform) {
   sim::LinkCosts costs;
   costs.alpha_intra = 2 * platform.nvlink_latency;
   costs.alpha_inter = 2 * platform.nic_latency + platform.switch_latency;
   costs.beta_inter = 1 / platform.nic_bandwidth;
   costs.nvls_tree_beta = 1 / (0.8 * platform.nvlink_bandwidth);
+  return costs;
+}
+
+sim::SimOptions forced_nvls_tree() {
+  sim::SimOptions forced;
+  forced.algorithms[CollectiveKind::all_reduce] = sim::Algorithm::nvls_tree;
+  return forced;
+}
+
+// NVLSTree on 2 nodes of 8 (NVLink 400 GB/s, one 50 GB/s NIC per GPU): the engine runs the NVLS
+// halves at the model's NVLSTree share of the link, the rails' trees beside them, after NVLS's
+// launch; within SimGrid's 1e-3 of the closed form. It is chosen where NVLS inside the node beats
+// the rings, and needs a switch that reduces and a group across nodes.
+TEST(NvlsTree, SimulatedTimeMatchesClosedFormAndSelection) {
+  sim::PlatformSpec platform = nvls_tree_cluster(2);
+  core::Program program = empty_program({16}, {"world"});
+  add_collective(program, CollectiveKind::all_reduce, 1e9, {0});
+  const sim::SimOptions forced = forced_nvls_tree();
+  const sim::LinkCosts costs = nvls_tree_costs(platform);
   // 9/8 GB at 320 GB/s = 3.52 ms inside each node; the NICs send 1/8 GB at 50 GB/s = 2.5 ms.
   const double expected = 50e-6 + sim::nvls_tree_closed_form_time(8, 2, 1e9, costs);
   EXPECT_NEAR(expected, 50e-6 + 0.6e-6 + 9.0 / 8 / 320, 1e-9);
@@ -371,6 +410,24 @@ TEST(NvlsTree, SimulatedTimeMatchesClosedFormAndSelection) {
     EXPECT_EQ(std::string(error.what()),
               "algorithm nvls_tree: this platform's switches cannot reduce (it needs a GPU preset whose cost model "
               "has network.nvls, such as h100)");
+  }
+}
+
+// Under a protocol with a pipeline chunk the engine adds the trees' fill after the flows: 4 MiB
+// crossing a 50 GB/s NIC (83.9 us) once on 2 nodes (up and down, the busiest hop not counted) and
+// 3 times on 4 (two levels each way); within SimGrid's 1e-3 of the closed form plus the fill.
+TEST(NvlsTree, ItsChunksFillThePipelineHopByHop) {
+  const double chunk = 4 << 20;
+  for (int nodes : {2, 4}) {
+    sim::PlatformSpec platform = nvls_tree_cluster(nodes);
+    platform.cost.network.protocols = {{"Simple", 1.0, 0, 0, 0, std::numeric_limits<double>::infinity(), chunk, {}}};
+    core::Program program = empty_program({8 * nodes}, {"world"});
+    add_collective(program, CollectiveKind::all_reduce, 1e9, {0});
+    const double hops = nodes == 2 ? 1 : 3;
+    const double expected =
+        50e-6 + sim::nvls_tree_closed_form_time(8, nodes, 1e9, nvls_tree_costs(platform)) + hops * chunk / 50e9;
+    const sim::SimResult result = sim::simulate(program, platform, forced_nvls_tree());
+    EXPECT_NEAR((result.collectives[0].end - result.collectives[0].start) / expected, 1.0, 1e-3) << nodes;
   }
 }
 
@@ -448,7 +505,7 @@ TEST(PerKind, AMeasuredKindRunsItsOwnCosts) {
   add_collective(program, CollectiveKind::all_reduce, 64e6, {0});
   sim::PlatformSpec platform = uniform_star(4, 100e9, 1e-6);
   platform.cost.network.per_kind[CollectiveKind::all_gather] = {
-      "gloo", 0.25, 100e-6, 10e-6, 10e-6, std::numeric_limits<double>::infinity(), {}};
+      "gloo", 0.25, 100e-6, 10e-6, 10e-6, std::numeric_limits<double>::infinity(), 0, {}};
   const sim::SimResult result = sim::simulate(program, platform);
   EXPECT_EQ(result.collectives[0].algorithm, "ring/gloo");
   const double expected = 100e-6 + 3 * (2e-6 + 10e-6) + 0.75 * 64e6 / (0.25 * 100e9);
@@ -459,7 +516,7 @@ TEST(PerKind, AMeasuredKindRunsItsOwnCosts) {
   const int op = add_collective(half, CollectiveKind::all_gather, 64e6, {0});
   half.ops[op].dtype = core::DType::float16;
   platform.cost.network.per_kind_dtype[{CollectiveKind::all_gather, core::DType::float16}] = {
-      "gloo-half", 0.125, 100e-6, 10e-6, 10e-6, std::numeric_limits<double>::infinity(), {}};
+      "gloo-half", 0.125, 100e-6, 10e-6, 10e-6, std::numeric_limits<double>::infinity(), 0, {}};
   const sim::SimResult slower = sim::simulate(half, platform);
   EXPECT_EQ(slower.collectives[0].algorithm, "ring/gloo-half");
   // The file form: "all_gather/float16".

@@ -129,6 +129,10 @@ inline std::vector<int> identity_members(int p) {
 // of `bytes` (size-1 chunks of bytes/size).
 inline double ring_pass_bytes(int size, double bytes) { return (size - 1) * (bytes / size); }
 
+// The largest chunk a tree pipeline across nodes keeps (Schedule::chunk_limit): half the shard
+// n/g each rail carries.
+inline double tree_chunk_limit(int g, double bytes) { return bytes / g / 2; }
+
 // A group's members by node (hierarchical.cpp builds it; the selector reads the shape).
 struct NodeLayout {
   std::vector<std::vector<int>> nodes;  // nodes[j][l]: member at local index l of node j

@@ -111,6 +111,7 @@ Schedule nvls_tree_schedule(const NodeLayout& layout, double bytes, int full_m) 
   append_rail_trees(schedule, layout, bytes / layout.g(), full_m);
   append(schedule, nvls_half_phase("intra nvls multicast", layout, bytes));
   schedule.pipelined = true;  // as NCCL's tree: chunks of every stage in flight at once
+  schedule.chunk_limit = tree_chunk_limit(layout.g(), bytes);
   return schedule;
 }
 
@@ -127,6 +128,7 @@ Schedule hierarchical_schedule(CollectiveKind kind, const NodeLayout& layout, do
       append_rail_trees(schedule, layout, shard, m);
       append(schedule, rings_phase("intra all-gather", g - 1, layout.nodes, ring_pass_bytes(g, bytes)));
       schedule.pipelined = true;
+      schedule.chunk_limit = tree_chunk_limit(g, bytes);  // NCCL's tree: a chain per node, trees across
       break;
     case CollectiveKind::all_gather:
       // Gather each rail's shard across nodes first, so the fast intra-node step moves the bulk.

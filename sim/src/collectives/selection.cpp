@@ -62,16 +62,20 @@ double ring_all_to_all_estimate(const std::vector<int>& member_nodes, double byt
 // Simple's share of the links and its step latency for the trees' 2 ceil(log2 m) steps across
 // nodes, NVLS's own rate for the NVLS halves (whose steps are in the launch). Its phases are
 // all-intra or all-inter, so the closed form is its estimate, without building p g flows.
+// The trees' chunks fill the pipeline as chunk_fill says: 2 ceil(log2 m) hops across nodes, the
+// busiest one not counted.
 double nvls_tree_time(const NodeLayout& layout, double bytes, const LinkCosts& costs, const NetworkModel* network) {
   const Protocol* simple = network ? nvls_protocol(*network) : nullptr;
   LinkCosts under_protocol = costs;
-  double steps = 0;
+  double steps = 0, fill = 0;
   if (simple) {
     under_protocol.beta_intra /= simple->bandwidth_fraction;
     under_protocol.beta_inter /= simple->bandwidth_fraction;
     steps = 2 * dtree_depth(layout.m()) * simple->step_latency_inter;
+    const double chunk = std::min(simple->pipeline_chunk, tree_chunk_limit(layout.g(), bytes));
+    fill = chunk * (2 * dtree_depth(layout.m()) - 1) * under_protocol.beta_inter;
   }
-  return costs.nvls_launch + nvls_tree_closed_form_time(layout.g(), layout.m(), bytes, under_protocol) + steps;
+  return costs.nvls_launch + nvls_tree_closed_form_time(layout.g(), layout.m(), bytes, under_protocol) + steps + fill;
 }
 
 double candidate_time(CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes,
@@ -88,9 +92,7 @@ double candidate_time(CollectiveKind kind, Algorithm algorithm, const std::vecto
     } else {
       parts = estimate_parts(build_schedule(kind, algorithm, member_nodes, bytes), member_nodes, costs);
     }
-    const Protocol* protocol =
-        choose_protocol(*network, bytes, parts.latency, parts.intra_steps, parts.inter_steps, parts.bandwidth);
-    return protocol_time(*protocol, parts.latency, parts.intra_steps, parts.inter_steps, parts.bandwidth);
+    return protocol_time(*choose_protocol(*network, bytes, parts), parts);
   }
   // Hierarchical phases are all-intra or all-inter, so its estimate is its closed form.
   if (algorithm == Algorithm::hierarchical)
@@ -194,9 +196,28 @@ ScheduleCost estimate_pipelined(const Schedule& schedule, const std::vector<int>
 
 }  // namespace
 
+double chunk_fill(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs) {
+  if (!(schedule.chunk_limit > 0)) return 0;
+  double hops = 0, slowest = 0;
+  for (const SchedulePhase& phase : schedule.phases) {
+    if (phase.nvls || phase.flows.empty()) continue;
+    const bool crosses =
+        std::ranges::any_of(phase.flows, [&](const Flow& flow) { return link_class(phase, flow, member_nodes) == 1; });
+    const double beta = crosses ? costs.beta_inter : costs.beta_intra;
+    hops += phase.latency_steps * beta;
+    slowest = std::max(slowest, beta);
+  }
+  return hops - slowest;
+}
+
 ScheduleCost estimate_parts(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs) {
   check_costs(costs);
-  if (schedule.pipelined) return estimate_pipelined(schedule, member_nodes, costs);
+  if (schedule.pipelined) {
+    ScheduleCost total = estimate_pipelined(schedule, member_nodes, costs);
+    total.fill = chunk_fill(schedule, member_nodes, costs);
+    total.chunk_limit = schedule.chunk_limit;
+    return total;
+  }
   const int p = static_cast<int>(member_nodes.size());
   std::vector<double> egress(p, 0.0), ingress(p, 0.0);
   std::vector<int> touched;

@@ -52,6 +52,12 @@ struct Schedule {
   // together, and the pipeline fills phase by phase (each phase's latency steps but the first of
   // each link class are paid after the flows). False: one phase after another.
   bool pipelined = false;
+  // A chunk pipeline (NCCL's trees): a chunk crosses the hops of its phases one after another (each
+  // latency step a hop), so past the busiest hop every hop adds one chunk's crossing to the time
+  // (estimate_parts' fill). The largest chunk the collective's size allows: half the bytes each
+  // member sends over one hop, since NCCL shrinks its chunks to keep several in flight. 0: no fill
+  // (rings: every link is busy every step).
+  double chunk_limit = 0;
 };
 
 // member_nodes[i]: the node of member i (members in group order). Throws std::invalid_argument
@@ -115,8 +121,15 @@ struct ScheduleCost {
   int intra_steps = 0;  // latency steps of phases whose flows all stay inside a node (NVLS phases not counted)
   int inter_steps = 0;  // latency steps of phases with a flow between nodes
   double bandwidth = 0;
+  // A chunk pipeline's fill (Schedule::chunk_limit > 0), in seconds per byte of chunk: one byte's
+  // crossing of every hop of its phases but the slowest (NVLS phases not counted: their fill is in
+  // NVLS's launch latency). The protocol's pipeline chunk, up to chunk_limit, times this.
+  double fill = 0;
+  double chunk_limit = 0;
 };
 ScheduleCost estimate_parts(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs);
+// ScheduleCost::fill of a chunk pipeline (0 for any other schedule).
+double chunk_fill(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs);
 
 // NCCL-like default: among the algorithms NCCL would run for `kind` (all_reduce: ring, tree,
 // hierarchical, nvls, nvls_tree; broadcast, all_gather and reduce_scatter: ring, hierarchical; all_to_all: ring,

@@ -52,6 +52,9 @@ struct Protocol {
   double step_latency_intra = 0;
   double step_latency_inter = 0;
   double max_bytes = std::numeric_limits<double>::infinity();  // not used for larger collectives (n, bytes)
+  // Bytes each link moves per step of a chunk pipeline (NCCL's trees: its chunk times the channels
+  // that share the link), which the pipeline's fill pays once per hop (ScheduleCost::fill). 0: none.
+  double pipeline_chunk = 0;
   // A kind measured by size (network.per_kind only): on the group shapes it holds, the curve is the
   // collective's whole time. An entry of curves alone (no bandwidth_fraction) leaves every other
   // shape to the protocols, as if the kind had no entry.
@@ -113,14 +116,16 @@ struct CostModel {
   void apply_file(const std::string& path);
 };
 
-// The protocol NCCL's tuner would pick for a collective whose idle-platform schedule costs
-// `latency` seconds of route latency over intra_steps + inter_steps steps and `bandwidth` seconds
-// of transfer on the ideal protocol: the lowest base + latency + steps x step latencies +
-// bandwidth / fraction among the protocols allowed for `bytes`. Null when the model has none.
-// The time the estimate above gives `protocol`.
-double protocol_time(const Protocol& protocol, double latency, int intra_steps, int inter_steps, double bandwidth);
-const Protocol* choose_protocol(const NetworkModel& network, double bytes, double latency, int intra_steps,
-                                int inter_steps, double bandwidth);
+// The time a collective whose idle-platform schedule costs `cost` (estimate_parts: route latency
+// over its intra and inter steps, transfer on the ideal protocol, a chunk pipeline's fill) takes
+// under `protocol`: base + latency + steps x step latencies + (transfer + the fill of the
+// protocol's chunk, up to the schedule's limit) / fraction.
+double protocol_time(const Protocol& protocol, const ScheduleCost& cost);
+// The bytes of one chunk of the schedule's pipeline under `protocol` (0 for rings).
+double fill_chunk(const Protocol& protocol, const ScheduleCost& cost);
+// The protocol NCCL's tuner would pick: the lowest protocol_time among the protocols allowed for
+// `bytes`. Null when the model has none.
+const Protocol* choose_protocol(const NetworkModel& network, double bytes, const ScheduleCost& cost);
 // The protocol NVLS algorithms run under: Simple, the only one NCCL pairs NVLS and NVLSTree with.
 // Null when the model has no protocol of that name (the ideal one: whole link, no step latency).
 const Protocol* nvls_protocol(const NetworkModel& network);
