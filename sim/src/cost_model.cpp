@@ -100,9 +100,8 @@ std::vector<MeasuredCurve> read_measured(const core::JsonReader& node) {
 
 Protocol read_protocol(const core::JsonReader& node) {
   node.expect_object();
-  node.allow_only(
-      {"name", "bandwidth_fraction", "base_latency_us", "step_latency_us", "max_bytes", "pipeline_chunk_kib",
-       "measured", "source"});
+  node.allow_only({"name", "bandwidth_fraction", "base_latency_us", "step_latency_us", "max_bytes",
+                   "pipeline_chunk_kib", "measured", "source"});
   Protocol protocol;
   protocol.name = node.at("name").as_string();
   if (protocol.name.empty()) node.at("name").fail("expected a protocol name");
@@ -259,14 +258,14 @@ const MeasuredCurve* Protocol::measured_on(int ranks, int nodes) const {
   return nullptr;
 }
 
-double fill_chunk(const Protocol& protocol, const ScheduleCost& cost) {
-  return std::min(protocol.pipeline_chunk, cost.chunk_limit);
+double fill_chunk(const Protocol& protocol, double chunk_limit) {
+  return std::min(protocol.pipeline_chunk, chunk_limit);
 }
 
 double protocol_time(const Protocol& protocol, const ScheduleCost& cost) {
   return protocol.base_latency + cost.latency + cost.intra_steps * protocol.step_latency_intra +
          cost.inter_steps * protocol.step_latency_inter +
-         (cost.bandwidth + fill_chunk(protocol, cost) * cost.fill) / protocol.bandwidth_fraction;
+         (cost.bandwidth + fill_chunk(protocol, cost.chunk_limit) * cost.fill) / protocol.bandwidth_fraction;
 }
 
 const Protocol* choose_protocol(const NetworkModel& network, double bytes, const ScheduleCost& cost) {

@@ -262,7 +262,7 @@ TEST(Protocols, AChunkPipelinePaysItsFillAtTheProtocolsShare) {
   cost.fill = 60e-12;
   EXPECT_DOUBLE_EQ(sim::protocol_time(simple, cost), 2e-3);  // no limit: a ring
   cost.chunk_limit = 4 << 20;
-  EXPECT_DOUBLE_EQ(sim::fill_chunk(simple, cost), 1 << 20);
+  EXPECT_DOUBLE_EQ(sim::fill_chunk(simple, cost.chunk_limit), 1 << 20);
   EXPECT_NEAR(sim::protocol_time(simple, cost), 2e-3 + 2 * (1 << 20) * 60e-12, 1e-15);
   cost.chunk_limit = 1 << 19;  // a small collective keeps smaller chunks
   EXPECT_NEAR(sim::protocol_time(simple, cost), 2e-3 + 2 * (1 << 19) * 60e-12, 1e-15);

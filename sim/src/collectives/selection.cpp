@@ -72,8 +72,8 @@ double nvls_tree_time(const NodeLayout& layout, double bytes, const LinkCosts& c
     under_protocol.beta_intra /= simple->bandwidth_fraction;
     under_protocol.beta_inter /= simple->bandwidth_fraction;
     steps = 2 * dtree_depth(layout.m()) * simple->step_latency_inter;
-    const double chunk = std::min(simple->pipeline_chunk, tree_chunk_limit(layout.g(), bytes));
-    fill = chunk * (2 * dtree_depth(layout.m()) - 1) * under_protocol.beta_inter;
+    fill = fill_chunk(*simple, tree_chunk_limit(layout.g(), bytes)) * (2 * dtree_depth(layout.m()) - 1) *
+           under_protocol.beta_inter;
   }
   return costs.nvls_launch + nvls_tree_closed_form_time(layout.g(), layout.m(), bytes, under_protocol) + steps + fill;
 }

@@ -121,8 +121,9 @@ struct CostModel {
 // under `protocol`: base + latency + steps x step latencies + (transfer + the fill of the
 // protocol's chunk, up to the schedule's limit) / fraction.
 double protocol_time(const Protocol& protocol, const ScheduleCost& cost);
-// The bytes of one chunk of the schedule's pipeline under `protocol` (0 for rings).
-double fill_chunk(const Protocol& protocol, const ScheduleCost& cost);
+// The bytes of one chunk of a pipeline whose size allows chunks up to `chunk_limit` under
+// `protocol` (Schedule::chunk_limit; 0 for rings).
+double fill_chunk(const Protocol& protocol, double chunk_limit);
 // The protocol NCCL's tuner would pick: the lowest protocol_time among the protocols allowed for
 // `bytes`. Null when the model has none.
 const Protocol* choose_protocol(const NetworkModel& network, double bytes, const ScheduleCost& cost);
