@@ -28,8 +28,10 @@ double gib(std::int64_t bytes) { return static_cast<double>(bytes) / 1073741824.
 
 std::string text_report(const std::string& path, std::size_t allocations, const core::AllocatorHistory& recorded,
                         const core::AllocatorStats& standard, const core::AllocatorStats& expandable) {
-  std::string out = fmt::format("allocator history: {} ({} allocations, recorded with expandable_segments {})\n\n",
-                                path, allocations, recorded.recorded_expandable ? "on" : "off");
+  const std::string origin = recorded.source.empty() ? fmt::format("recorded with expandable_segments {}",
+                                                                   recorded.recorded_expandable ? "on" : "off")
+                                                     : fmt::format("written by {}", recorded.source);
+  std::string out = fmt::format("allocator history: {} ({} allocations, {})\n\n", path, allocations, origin);
   out += fmt::format("  {:<22} {:>15} {:>15} {:>10} {:>10}\n", "", "allocated peak", "reserved peak", "reserved/",
                      "segments");
   out += fmt::format("  {:<22} {:>15} {:>15} {:>10}\n", "", "", "", "allocated");
@@ -46,11 +48,14 @@ std::string text_report(const std::string& path, std::size_t allocations, const 
   row("default segments", standard.peak_allocated, standard.peak_reserved, std::to_string(standard.segments));
   row("expandable segments", expandable.peak_allocated, expandable.peak_reserved,
       std::to_string(expandable.segments) + " maps");
-  out += fmt::format(
-      "\nThe recorded setting replays at the driver's own segment addresses; the other without them (each new\n"
-      "segment above the last). PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True {} the reserved peak by {:.2f} GiB.\n",
-      expandable.peak_reserved <= standard.peak_reserved ? "lowers" : "raises",
-      std::abs(gib(standard.peak_reserved) - gib(expandable.peak_reserved)));
+  // A recording keeps the driver's segment addresses for its own setting; a prediction has none.
+  out += recorded.source.empty()
+             ? "\nThe recorded setting replays at the driver's own segment addresses; the other without them (each "
+               "new\nsegment above the last)."
+             : "\nEach new segment lies above the last.";
+  out += fmt::format(" PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True {} the reserved peak by {:.2f} GiB.\n",
+                     expandable.peak_reserved <= standard.peak_reserved ? "lowers" : "raises",
+                     std::abs(gib(standard.peak_reserved) - gib(expandable.peak_reserved)));
   return out;
 }
 

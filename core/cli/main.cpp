@@ -34,10 +34,11 @@ struct PlanArgs {
   bool json = false;
   std::string output;
   std::string emit_program;
+  std::string memory_history;
 };
 
 int run_plan(const PlanArgs& args) {
-  stratsim::cli::check_writable({args.output, args.emit_program});
+  stratsim::cli::check_writable({args.output, args.emit_program, args.memory_history});
   const Model model = load_model(args.model);
   const Plan plan = load_plan(args.plan);
   PlanOptions options;
@@ -50,6 +51,8 @@ int run_plan(const PlanArgs& args) {
   const std::string program = args.emit_program.empty() ? "" : program_to_json(result.program).dump(1) + "\n";
   std::vector<std::pair<std::string, std::string>> files;
   if (!args.emit_program.empty()) files.emplace_back(args.emit_program, program);
+  if (!args.memory_history.empty())
+    files.emplace_back(args.memory_history, memory_history_document(result).dump() + "\n");
   if (!args.output.empty()) files.emplace_back(args.output, report);
   write_all_or_nothing(files);
   if (args.output.empty()) std::cout << report;
@@ -91,6 +94,8 @@ int main(int argc, char** argv) {
   plan->add_flag("--json", plan_args.json, "Write the documented JSON report instead of text");
   plan->add_option("-o,--output", plan_args.output, "Write the report to this file instead of standard output");
   plan->add_option("--emit-program", plan_args.emit_program, "Write the program (JSON) to this file");
+  plan->add_option("--memory-history", plan_args.memory_history,
+                   "Write the rank's allocation history (JSON, as `stratsim allocator` reads it) to this file");
 
   std::string zoo_name;
   CLI::App* zoo_cmd = app.add_subcommand("zoo", "List built-in models, or print one as a model document");

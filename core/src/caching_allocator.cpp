@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/profiler_trace.hpp"
@@ -63,11 +64,8 @@ int CachingAllocator::find_free(bool small, std::int64_t stream, std::int64_t si
 bool CachingAllocator::is_tail(int piece) const { return pieces_[static_cast<std::size_t>(piece)].next < 0; }
 
 int CachingAllocator::tail_of(bool small, std::int64_t stream) const {
-  for (std::size_t i = 0; i < pieces_.size(); ++i) {
-    const Piece& p = pieces_[i];
-    if (p.size > 0 && p.small == small && p.stream == stream && p.next < 0) return static_cast<int>(i);
-  }
-  return -1;
+  const auto it = tails_.find({small, stream});
+  return it == tails_.end() ? -1 : it->second;
 }
 
 void CachingAllocator::count_reserved(std::int64_t bytes) {
@@ -90,8 +88,7 @@ int CachingAllocator::new_segment(bool small, std::int64_t stream, std::int64_t 
 }
 
 // Expandable segments: the pool's one segment for this stream maps pages at its end until the
-// free block there (or a new one) holds the request. (A search of every piece; segments grow a
-// hundred times in a step, pieces split thousands.)
+// free block there (or a new one) holds the request.
 int CachingAllocator::grow_expandable(bool small, std::int64_t stream, std::int64_t size) {
   const std::int64_t page = small ? kSmallBuffer : kLargeBuffer;
   const int end = tail_of(small, stream);
@@ -118,6 +115,7 @@ int CachingAllocator::grow_expandable(bool small, std::int64_t stream, std::int6
   pieces_.push_back(grown);
   const int piece = static_cast<int>(pieces_.size()) - 1;
   if (end >= 0) pieces_[static_cast<std::size_t>(end)].next = piece;
+  tails_[{small, stream}] = piece;
   count_reserved(grown.size);
   return piece;
 }
@@ -135,6 +133,7 @@ void CachingAllocator::split(int piece, std::int64_t size) {
   kept.size = size;
   kept.next = index;
   if (rest.next >= 0) pieces_[static_cast<std::size_t>(rest.next)].prev = index;
+  else if (config_.expandable_segments) tails_[{rest.small, rest.stream}] = index;
   free_.insert(key(index));
 }
 
@@ -169,6 +168,7 @@ void CachingAllocator::merge_into(int piece, int neighbour) {
   } else {  // after
     p.next = n.next;
     if (n.next >= 0) pieces_[static_cast<std::size_t>(n.next)].prev = piece;
+    else if (config_.expandable_segments) tails_[{p.small, p.stream}] = piece;
   }
   p.size += n.size;
   n.size = 0;
@@ -229,6 +229,8 @@ AllocatorHistory read_allocator_trace(const std::string& path) {
     const auto flag = settings->find("expandable_segments");
     history.recorded_expandable = flag != settings->end() && flag->is_boolean() && flag->get<bool>();
   }
+  if (const auto source = document.find("source"); source != document.end() && source->is_string())
+    history.source = source->get<std::string>();
   const auto stats = document.find("stats");
   if (stats != document.end() && stats->is_object()) {
     history.recorded_allocated_peak = stat(*stats, "allocated_bytes.all.peak");
@@ -240,7 +242,7 @@ AllocatorHistory read_allocator_trace(const std::string& path) {
 AllocatorStats replay_allocator_trace(const std::vector<AllocatorEvent>& events, AllocatorConfig config,
                                       bool at_recorded_addresses) {
   CachingAllocator allocator(config);
-  std::map<std::uint64_t, CachingAllocator::Block> live;
+  std::unordered_map<std::uint64_t, CachingAllocator::Block> live;
   std::optional<std::uint64_t> segment_address;
   for (const AllocatorEvent& event : events) {
     switch (event.action) {

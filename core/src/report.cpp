@@ -143,6 +143,9 @@ std::string text_report(const Model& model, const Plan& plan, const PlanResult& 
   if (m.unsharded_params_peak)
     line(fmt::format("  unsharded FSDP params (peak) {}", format_bytes(m.unsharded_params_peak)));
   line(fmt::format("  peak                {} at {}", format_bytes(m.peak), m.peak_at));
+  if (m.reserved_peak)
+    line(fmt::format("  CUDA reserved (peak) {}; {} with expandable_segments", format_bytes(m.reserved_peak),
+                     format_bytes(m.reserved_peak_expandable)));
   if (m.device_memory_bytes)
     line(fmt::format("  device              {}{}", format_bytes(static_cast<std::int64_t>(*m.device_memory_bytes)),
                      m.out_of_memory ? "  ** OUT OF MEMORY **" : ""));
@@ -241,10 +244,21 @@ nlohmann::json json_report(const Model& model, const Plan& plan, const PlanResul
                    {"unsharded_params_peak", m.unsharded_params_peak},
                    {"peak", m.peak},
                    {"peak_at", m.peak_at},
+                   {"reserved_peak", m.reserved_peak},
+                   {"reserved_peak_expandable", m.reserved_peak_expandable},
                    {"device_memory", m.device_memory_bytes ? json(*m.device_memory_bytes) : json(nullptr)},
                    {"out_of_memory", m.out_of_memory}};
   doc["warnings"] = result.warnings;
   return doc;
+}
+
+nlohmann::json memory_history_document(const PlanResult& result) {
+  using nlohmann::json;
+  json trace = json::array();
+  for (const MemoryEvent& event : result.memory_events)
+    trace.push_back({event.allocate ? "alloc" : "free_completed", static_cast<std::uint64_t>(event.tensor) + 1,
+                     event.bytes, event.stream, event.op});
+  return {{"source", "stratsim plan"}, {"rank", result.rank}, {"streams", result.memory_streams}, {"trace", trace}};
 }
 
 }  // namespace stratsim::core

@@ -130,11 +130,15 @@ void cross_entropy_cost(LeafCost& cost, const Activation& logits) {
   const std::int64_t forward_passes = row_fits ? 2 : 4, backward_passes = row_fits ? 3 : 4;
   cost.forward_bytes = forward_passes * n * 4;
   cost.backward_bytes = n * 4 + backward_passes * n * 4 + cast;
-  cost.saved_bytes = n * 4 + logits.tokens() * 8;  // log-probabilities, labels
-  // Forward: the logits, their float32 copy and the log-probabilities being written (saved once
-  // the op ends, so counted here until then).
-  cost.forward_workspace_bytes = n * d + (d == 4 ? 0 : n * 4) + n * 4;
-  cost.backward_workspace_bytes = 2 * n * 4;
+  cost.saved_parts = {n * 4, logits.tokens() * 8};  // log-probabilities, labels
+  cost.saved_bytes = cost.saved_parts[0] + cost.saved_parts[1];
+  // Forward: the logits and their float32 copy, while log_softmax writes the log-probabilities
+  // it saves. Backward: NLL's float32 gradient and log_softmax's, which is cast back to the
+  // logits' dtype for the output layer's backward.
+  cost.forward_workspace = {n * d};
+  if (d != 4) cost.forward_workspace.push_back(n * 4);
+  cost.backward_workspace = {n * 4, n * 4};
+  if (d != 4) cost.backward_grad_input_bytes = n * d;
 }
 
 // torchtitan's (and Meta's llama) RMSNorm in eager mode: _norm(x.float()).type_as(x) * weight with

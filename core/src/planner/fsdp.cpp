@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -157,7 +158,7 @@ int FullyShard::all_gather(int u, Phase phase, const char* why) {
                                       .role = OpRole::fsdp_unshard});
   unit.unsharded = true;
   unit.all_gather_op = id;
-  builder_.add_memory(unit.padded * d, MemoryTracker::Kind::unsharded);
+  unit.unsharded_storage = builder_.allocate(unit.padded * d, MemoryTracker::Kind::unsharded, "fsdp.unshard");
   return id;
 }
 
@@ -165,7 +166,7 @@ void FullyShard::reshard(int u) {
   Unit& unit = units_[u];
   if (!unit.unsharded) return;
   unit.unsharded = false;
-  builder_.add_memory(-unit.padded * dtype_size(unit.param_dtype()), MemoryTracker::Kind::unsharded);
+  builder_.release(std::exchange(unit.unsharded_storage, ProgramBuilder::kNoTensor));
   if (unit.config.limit_all_gathers) free_events_.push_back(builder_.last_compute);
 }
 
@@ -328,9 +329,9 @@ void FullyShard::post_backward(int u, int producer) {
                                 .role = OpRole::fsdp_replicate_grad});
   }
   builder_.iteration_grad_ops.push_back(id);
-  // The unsharded gradient becomes the sharded one.
-  const std::int64_t unsharded = unit.padded * dtype_size(unit.param_dtype());
-  builder_.add_memory(unit.shard * dtype_size(unit.orig_dtype) - unsharded, MemoryTracker::Kind::gradient);
+  // The unsharded gradient becomes the sharded one, which the reduce-scatter's stream allocates.
+  builder_.release(std::exchange(unit.grad_storage, ProgramBuilder::kNoTensor));
+  builder_.allocate(unit.shard * dtype_size(unit.orig_dtype), MemoryTracker::Kind::gradient, "fsdp.reduce_scatter");
   unit.grad_allocated = false;
 }
 
@@ -357,7 +358,8 @@ void FullyShard::start() {
   for (Unit& unit : units_) unit.unsharded = unit.config.strategy == ShardingStrategy::no_shard;
   for (Unit& unit : units_)
     if (unit.config.strategy == ShardingStrategy::no_shard)
-      builder_.add_memory(unit.padded * dtype_size(unit.orig_dtype), MemoryTracker::Kind::unsharded);
+      unit.unsharded_storage =
+          builder_.allocate(unit.padded * dtype_size(unit.orig_dtype), MemoryTracker::Kind::unsharded);
 }
 
 DType FullyShard::compute_dtype(int unit) const { return units_[unit].param_dtype(); }
@@ -398,7 +400,7 @@ void FullyShard::grad_ready(int p, int producer) {
   Unit& unit = units_[context_.params[p].fsdp_unit];
   if (!unit.grad_allocated) {
     unit.grad_allocated = true;
-    builder_.add_memory(unit.padded * dtype_size(unit.param_dtype()), MemoryTracker::Kind::gradient);
+    unit.grad_storage = builder_.allocate(unit.padded * dtype_size(unit.param_dtype()), MemoryTracker::Kind::gradient);
   }
   // Normally the views' node comes later (views_reached); a gradient that arrives after it (a
   // parameter used outside the unit's forward) reduces now.

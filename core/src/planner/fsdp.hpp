@@ -66,6 +66,9 @@ class FullyShard {
     int post_forward_order = -1;
     int all_gather_op = -1;
     bool grad_allocated = false;
+    // Their storage in the allocation history: the padded unsharded flat parameter (allocated on
+    // the unshard stream, or for ever under NO_SHARD) and its unsharded gradient.
+    MemoryTracker::Tensor unsharded_storage = -1, grad_storage = -1;
     bool has_handle() const { return !params.empty(); }
     DType param_dtype() const { return config.param_dtype.value_or(orig_dtype); }
   };

@@ -10,6 +10,10 @@
 
 namespace stratsim::core::planner {
 
+// The allocator pools FSDP2's buffers come from (PyTorch's caching allocator keeps one per stream).
+constexpr const char* kAllGatherCopyInStream = "fsdp.all_gather_copy_in";
+constexpr const char* kReduceScatterStream = "fsdp.reduce_scatter";
+
 FullyShard2::FullyShard2(PlanContext& context, ProgramBuilder& builder, BackwardTape& tape)
     : context_(context), builder_(builder), tape_(tape) {
   group_of_module_.assign(context.model.modules.size(), -1);
@@ -167,7 +171,6 @@ void FullyShard2::unshard(int g, Phase phase, const char* why) {
   group.copy_out_pending = true;
   const DType dtype = group.param_dtype();
   const int d = dtype_size(dtype);
-  builder_.add_memory(group.unsharded_numel() * d, MemoryTracker::Kind::unsharded);
   if (!gathers(group)) {
     group.all_gather_op = -1;
     return;
@@ -180,6 +183,15 @@ void FullyShard2::unshard(int g, Phase phase, const char* why) {
   const std::int64_t input_numel = post_forward ? group.post_forward_numel() : group.shard_numel;
   const std::int64_t copy_in_bytes = post_forward ? input_numel * 2 * d : group.copy_in_bytes();
   const int copy_in = copy_kernel(g, "all_gather_copy_in", phase, "elementwise", copy_in_bytes);
+  // foreach_all_gather allocates on the copy-in stream: the shards cast into one flat buffer,
+  // freed when it returns, and the flat output the collective fills (its input is a view of it).
+  const MemoryTracker::Tensor cast =
+      post_forward || !group.casts_params()
+          ? ProgramBuilder::kNoTensor
+          : builder_.allocate(group.shard_numel * d, MemoryTracker::Kind::other, kAllGatherCopyInStream);
+  group.all_gather_output =
+      builder_.allocate(group.unsharded_numel() * d, MemoryTracker::Kind::unsharded, kAllGatherCopyInStream);
+  builder_.release(cast);
   // The shards it gathers are the ones the last optimizer step wrote.
   std::vector<int> deps = {copy_in};
   if (builder_.last_optimizer_op >= 0) deps.push_back(builder_.last_optimizer_op);
@@ -210,11 +222,35 @@ void FullyShard2::wait_for_unshard(int g, Phase phase) {
   // (a running maximum over the ops) is the same.
   free_post_forward_shards(g);
   if (group.all_gather_op >= 0) {
+    allocate_unsharded_params(g, false);
     copy_kernel(g, "all_gather_copy_out", phase, "multi_tensor_copy", group.unsharded_numel() * 2 * d,
                 {group.all_gather_op});
+    // A forward gather's output stays referenced until the next group's copy-out has waited for
+    // it; a backward one is freed once its own copy-out has.
+    const MemoryTracker::Tensor output = std::exchange(group.all_gather_output, ProgramBuilder::kNoTensor);
+    builder_.release(phase == Phase::forward ? std::exchange(forward_gather_output_, output) : output);
     return;
   }
+  allocate_unsharded_params(g, group.casts_params());
   copy_kernel(g, "copy_shards", phase, "elementwise", group.copy_in_bytes());
+}
+
+// The unsharded parameters the copy-out (or, for a group of one rank that does not gather, the
+// copy of each shard) fills: a tensor each, on the compute stream. Without the gather each shard
+// is first cast to param_dtype on its own (all_gather_inputs), and that temporary lives until the
+// next parameter's replaces it.
+void FullyShard2::allocate_unsharded_params(int g, bool cast_each) {
+  Group& group = groups_[g];
+  const int d = dtype_size(group.param_dtype());
+  MemoryTracker::Tensor cast = ProgramBuilder::kNoTensor;
+  for (std::int64_t shard : group.shard_numels) {
+    if (cast_each) {
+      const MemoryTracker::Tensor next = builder_.allocate(shard * d);
+      builder_.release(std::exchange(cast, next));
+    }
+    group.unsharded_params.push_back(builder_.allocate(shard * group.world * d, MemoryTracker::Kind::unsharded));
+  }
+  builder_.release(cast);
 }
 
 void FullyShard2::reshard(int g) {
@@ -223,7 +259,8 @@ void FullyShard2::reshard(int g) {
   if (!group.unsharded) return;
   group.unsharded = false;
   group.copy_out_pending = false;
-  builder_.add_memory(-group.unsharded_numel() * dtype_size(group.param_dtype()), MemoryTracker::Kind::unsharded);
+  for (MemoryTracker::Tensor param : group.unsharded_params) builder_.release(param);
+  group.unsharded_params.clear();
 }
 
 // FSDPParam.to_sharded_post_forward: each parameter keeps its post-forward rank's 1/k of the
@@ -235,7 +272,7 @@ void FullyShard2::reshard_to_post_forward(int g, Phase phase) {
   const int d = dtype_size(group.param_dtype());
   const std::int64_t bytes = group.post_forward_numel() * d;
   copy_kernel(g, "reshard_to_post_forward", phase, "elementwise", bytes * 2);
-  builder_.add_memory(bytes, MemoryTracker::Kind::unsharded);
+  group.post_forward_storage = builder_.allocate(bytes, MemoryTracker::Kind::unsharded);
   reshard(g);
   group.sharded_post_forward = true;
 }
@@ -244,7 +281,7 @@ void FullyShard2::free_post_forward_shards(int g) {
   Group& group = groups_[g];
   if (!group.sharded_post_forward) return;
   group.sharded_post_forward = false;
-  builder_.add_memory(-group.post_forward_numel() * dtype_size(group.param_dtype()), MemoryTracker::Kind::unsharded);
+  builder_.release(std::exchange(group.post_forward_storage, ProgramBuilder::kNoTensor));
 }
 
 void FullyShard2::pre_forward(int module, Mode mode, bool input_requires_grad) {
@@ -274,6 +311,8 @@ void FullyShard2::post_forward(int module, Mode mode) {
     if (groups_[g].post_forward_ranks > 0) reshard_to_post_forward(g, Phase::forward);
     else reshard(g);
   }
+  // The root's post-forward drops the last forward gather's output.
+  if (groups_[g].root) builder_.release(std::exchange(forward_gather_output_, ProgramBuilder::kNoTensor));
   std::vector<int>& order = post_forward_order_[groups_[g].root_group];
   order.push_back(g);
   const int index = static_cast<int>(order.size()) - 1;
@@ -329,8 +368,13 @@ void FullyShard2::post_backward(int g) {
           all_reduce_partial_param_grad(context_, builder_, p, context_.params[p].local_numel * dtype_size(grad_dtype),
                                         grad_dtype, builder_.last_compute, Phase::backward));
   // foreach_reduce_scatter_copy_in: one chunk_cat of the unsharded gradients into the
-  // reduce-scatter input, cast to reduce_dtype, on the compute stream.
+  // reduce-scatter input, cast to reduce_dtype, on the compute stream. The input of the last
+  // reduction is freed first (the stream has waited for it), the unsharded gradients after.
   const std::int64_t unsharded = shard * group.world;
+  builder_.release(std::exchange(reduce_scatter_input_, ProgramBuilder::kNoTensor));
+  reduce_scatter_input_ = builder_.allocate(unsharded * d);
+  for (MemoryTracker::Tensor grad : group.unsharded_grads) builder_.release(grad);
+  group.unsharded_grads.clear();
   const DType read = group.chunk_cat_dtype(context_.plan.torch_version);
   int id = copy_kernel(g, "reduce_scatter_copy_in", Phase::backward, "multi_tensor_copy",
                        unsharded * (dtype_size(read) + d), partial_reductions);
@@ -378,8 +422,15 @@ void FullyShard2::post_backward(int g) {
   }
   id = post_reduce(g, shard, reduce, divide.post != 1, stream, id);
   if (id >= 0) builder_.iteration_grad_ops.push_back(id);
-  // The unsharded gradients become the rank's sharded ones, in the parameters' dtype.
-  builder_.add_memory(shard * dtype_size(group.orig_dtype) - group.unsharded_grad_bytes, MemoryTracker::Kind::gradient);
+  // The reduced shard, on the reduce-scatter stream, becomes the parameters' sharded gradients
+  // (views of it), cast first when they have another dtype.
+  const MemoryTracker::Tensor output = builder_.allocate(
+      shard * d, reduce == group.orig_dtype ? MemoryTracker::Kind::gradient : MemoryTracker::Kind::other,
+      kReduceScatterStream);
+  if (reduce != group.orig_dtype) {
+    builder_.allocate(shard * dtype_size(group.orig_dtype), MemoryTracker::Kind::gradient, kReduceScatterStream);
+    builder_.release(output);
+  }
   group.unsharded_grad_bytes = 0;
 }
 
@@ -417,6 +468,8 @@ void FullyShard2::end_backward() {
   for (int root : callback_roots_)
     for (int g : pre_order_)
       if (groups_[g].root_group == root && !groups_[g].post_backward_done) post_backward(g);
+  // The root's final callback waits for the last reduce-scatter and drops its input.
+  builder_.release(std::exchange(reduce_scatter_input_, ProgramBuilder::kNoTensor));
 }
 
 std::vector<int> FullyShard2::mesh_dims(int group) const {
@@ -436,17 +489,24 @@ void FullyShard2::grad_ready(int p, int /*producer*/) {
   if (has_grad_[p]) return;  // accumulates into the unsharded gradient it already has
   has_grad_[p] = true;
   group.grads_pending = true;
-  // The gradient autograd writes is the unsharded parameter's, in the dtype it is reduced in.
-  const std::int64_t bytes = group.shard_numels[index_in_group_[p]] * group.world *
-                             dtype_size(group.reduce_dtype(context_.plan.torch_version));
+  // The gradient autograd writes is the unsharded parameter's, in its dtype (grad_dtype).
+  const std::int64_t bytes =
+      group.shard_numels[index_in_group_[p]] * group.world * dtype_size(group.grad_dtype(context_.plan.torch_version));
   group.unsharded_grad_bytes += bytes;
-  builder_.add_memory(bytes, MemoryTracker::Kind::gradient);
+  group.unsharded_grads.push_back(builder_.allocate(bytes, MemoryTracker::Kind::gradient));
+}
+
+std::optional<FullyShard2::Shard> FullyShard2::resident_shard(int p) const {
+  const Group& group = groups_[context_.params[p].fsdp2_group];
+  if (group.config.offload_params) return std::nullopt;
+  return Shard{shard_numel(p), group.orig_dtype};
 }
 
 std::vector<FullyShard2::Shard> FullyShard2::resident_shards() const {
   std::vector<Shard> shards;
   for (const Group& group : groups_)
-    if (!group.config.offload_params) shards.push_back({group.shard_numel, group.orig_dtype});
+    if (!group.config.offload_params)
+      for (std::int64_t numel : group.shard_numels) shards.push_back({numel, group.orig_dtype});
   return shards;
 }
 

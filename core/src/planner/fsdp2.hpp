@@ -54,11 +54,14 @@ class FullyShard2 {
 
   // What the rank stores on the device and its optimizer steps: each group's parameter shards
   // (offloaded groups' live on the host).
+  // Each parameter's local shard (a DTensor's own storage).
   struct Shard {
     std::int64_t numel = 0;
     DType dtype = DType::float32;
   };
   std::vector<Shard> resident_shards() const;
+  // Parameter p's shard as the device stores it; none when its group offloads to the host.
+  std::optional<Shard> resident_shard(int p) const;
   void report(PlanResult& result) const;
 
  private:
@@ -84,6 +87,10 @@ class FullyShard2 {
     bool sharded_post_forward = false;  // holds post-forward shards (reshard_after_forward=k)
     int all_gather_op = -1;
     std::int64_t unsharded_grad_bytes = 0;  // accumulated without reduction (no sync)
+    // Their storage in the allocation history: the unsharded parameters (with the post-forward
+    // shards under reshard_after_forward=k) and each parameter's unsharded gradient.
+    std::vector<MemoryTracker::Tensor> unsharded_params, unsharded_grads;  // per parameter
+    MemoryTracker::Tensor all_gather_output = -1, post_forward_storage = -1;
     DType param_dtype() const { return config.param_dtype.value_or(orig_dtype); }
     // MixedPrecisionPolicy casts the shards to param_dtype before gathering them.
     bool casts_params() const { return param_dtype() != orig_dtype; }
@@ -143,6 +150,11 @@ class FullyShard2 {
   // Per model parameter: its position in its group, and whether it holds a gradient not yet
   // reduced (looked up per gradient: a scan of the group would make a whole-model group quadratic).
   std::vector<int> index_in_group_;
+  // Buffers FSDP2 holds past the op that made them (FSDPCommContext's all_gather_state and
+  // reduce_scatter_state): the last forward gather's flat output, freed at the next group's
+  // copy-out, and the last reduce-scatter's input, freed at the next group's reduction.
+  MemoryTracker::Tensor forward_gather_output_ = -1, reduce_scatter_input_ = -1;
+  void allocate_unsharded_params(int g, bool cast_each);
   std::vector<bool> has_grad_;
   // Per root (FSDPCommContext.post_forward_order): this iteration's post-forwards, by group.
   std::vector<std::vector<int>> post_forward_order_;

@@ -16,7 +16,7 @@ void sort_unique(std::vector<int>& ids) {
 
 }  // namespace
 
-void MemoryTracker::add(std::int64_t delta, Kind kind, const std::vector<ProgramOp>& ops) {
+void MemoryTracker::count(std::int64_t delta, Kind kind, const std::vector<ProgramOp>& ops) {
   dynamic_bytes_ += delta;
   if (kind == Kind::activation) activation_bytes_ += delta;
   if (kind == Kind::unsharded) unsharded_bytes_ += delta;
@@ -28,6 +28,47 @@ void MemoryTracker::add(std::int64_t delta, Kind kind, const std::vector<Program
     peak_ = static_bytes_ + dynamic_bytes_;
     peak_at_ = ops.empty() ? "start" : fmt::format("iteration {} {}", ops.back().iteration, ops.back().name);
   }
+}
+
+void MemoryTracker::record(bool allocate, Tensor tensor, const Live& live, const std::vector<ProgramOp>& ops) {
+  events_.push_back({.allocate = allocate,
+                     .tensor = tensor,
+                     .bytes = live.bytes,
+                     .stream = live.stream,
+                     .op = ops.empty() ? -1 : ops.back().id,
+                     .iteration = iteration_});
+}
+
+void MemoryTracker::record_static(std::int64_t bytes, int stream, const std::vector<ProgramOp>& ops) {
+  if (bytes <= 0) return;
+  const Live live{bytes, Kind::other, stream, false};  // never given back
+  tensors_.push_back(live);
+  record(true, static_cast<Tensor>(tensors_.size()) - 1, live, ops);
+}
+
+MemoryTracker::Tensor MemoryTracker::allocate(std::int64_t bytes, Kind kind, int stream,
+                                              const std::vector<ProgramOp>& ops) {
+  if (bytes <= 0) return -1;
+  const Live live{bytes, kind, stream, true};
+  tensors_.push_back(live);
+  const auto tensor = static_cast<Tensor>(tensors_.size()) - 1;
+  record(true, tensor, live, ops);
+  count(bytes, kind, ops);
+  return tensor;
+}
+
+void MemoryTracker::release(Tensor tensor, const std::vector<ProgramOp>& ops) {
+  if (tensor < 0 || tensor >= static_cast<Tensor>(tensors_.size()) || !tensors_[tensor].held) return;
+  Live& live = tensors_[tensor];
+  live.held = false;
+  record(false, tensor, live, ops);
+  count(-live.bytes, live.kind, ops);
+}
+
+// Oldest first, as zero_grad walks the parameters.
+void MemoryTracker::release_all(Kind kind, const std::vector<ProgramOp>& ops) {
+  for (Tensor tensor = 0; tensor < static_cast<Tensor>(tensors_.size()); ++tensor)
+    if (tensors_[tensor].held && tensors_[tensor].kind == kind) release(tensor, ops);
 }
 
 void MemoryTracker::start_steady_state() {
@@ -46,7 +87,29 @@ void MemoryTracker::fill(MemoryReport& report) const {
   report.peak_at = peak_at_;
 }
 
-ProgramBuilder::ProgramBuilder(PlanContext& context) : context_(context) {}
+ProgramBuilder::ProgramBuilder(PlanContext& context) : context_(context) { result.memory_streams = {"compute"}; }
+
+int ProgramBuilder::memory_stream(const std::string& stream) {
+  if (stream.empty()) return 0;
+  std::vector<std::string>& streams = result.memory_streams;
+  const auto it = std::find(streams.begin(), streams.end(), stream);
+  if (it != streams.end()) return static_cast<int>(it - streams.begin());
+  streams.push_back(stream);
+  return static_cast<int>(streams.size()) - 1;
+}
+
+MemoryTracker::Tensor ProgramBuilder::allocate(std::int64_t bytes, MemoryTracker::Kind kind,
+                                               const std::string& stream) {
+  return memory.allocate(bytes, kind, memory_stream(stream), result.program.ops);
+}
+
+void ProgramBuilder::release(MemoryTracker::Tensor tensor) {
+  if (tensor != kNoTensor) memory.release(tensor, result.program.ops);
+}
+
+void ProgramBuilder::record_static(std::int64_t bytes, const std::string& stream) {
+  memory.record_static(bytes, memory_stream(stream), result.program.ops);
+}
 
 void ProgramBuilder::begin_iteration(int index, bool sync) {
   IterationRecord record;
@@ -54,6 +117,7 @@ void ProgramBuilder::begin_iteration(int index, bool sync) {
   record.sync = sync;
   result.iterations.push_back(record);
   iteration_grad_ops.clear();
+  memory.set_iteration(index);
 }
 
 ProgramOp ProgramBuilder::compute_op(const std::string& name, int module, Phase phase, const std::string& op_class,

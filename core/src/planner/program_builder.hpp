@@ -12,21 +12,45 @@
 
 namespace stratsim::core::planner {
 
-// Bytes the rank holds, split the way the memory report shows them, with their peaks.
+// Bytes the rank holds, split the way the memory report shows them, with their peaks, and the
+// tensors behind them: every dynamic allocation is a tensor taken and later given back, recorded
+// in order (MemoryEvent) so the caching allocator can be replayed over the step. Static storage
+// (parameters, optimizer state, bucket buffers) is counted as one figure from the start; its
+// tensors enter the history where PyTorch allocates them (record_static).
 class MemoryTracker {
  public:
   enum class Kind { other, activation, unsharded, gradient };
+  using Tensor = int;
+
   void set_static(std::int64_t bytes) { static_bytes_ = bytes; }
-  // `at` names the op that was last emitted when a new peak is reached.
-  void add(std::int64_t delta, Kind kind, const std::vector<ProgramOp>& ops);
-  void start_steady_state();  // peaks of the last iteration only
+  // A static tensor's storage in the history only (its bytes are in set_static's figure).
+  void record_static(std::int64_t bytes, int stream, const std::vector<ProgramOp>& ops);
+  void set_iteration(int iteration) { iteration_ = iteration; }
+  // `peak_at` names the op that was last emitted when a new peak is reached.
+  Tensor allocate(std::int64_t bytes, Kind kind, int stream, const std::vector<ProgramOp>& ops);
+  void release(Tensor tensor, const std::vector<ProgramOp>& ops);
+  void release_all(Kind kind, const std::vector<ProgramOp>& ops);  // zero_grad(set_to_none=True)
+  void start_steady_state();                                       // peaks of the last iteration only
   std::int64_t gradient_bytes() const { return grad_bytes_; }
   void fill(MemoryReport& report) const;
+  std::vector<MemoryEvent> take_events() { return std::move(events_); }
 
  private:
+  struct Live {
+    std::int64_t bytes = 0;
+    Kind kind = Kind::other;
+    int stream = 0;
+    bool held = false;
+  };
+  void count(std::int64_t delta, Kind kind, const std::vector<ProgramOp>& ops);
+  void record(bool allocate, Tensor tensor, const Live& live, const std::vector<ProgramOp>& ops);
+
   std::int64_t static_bytes_ = 0, dynamic_bytes_ = 0, activation_bytes_ = 0, unsharded_bytes_ = 0, grad_bytes_ = 0;
   std::int64_t peak_ = 0, activation_peak_ = 0, unsharded_peak_ = 0, grad_peak_ = 0;
   std::string peak_at_;
+  std::vector<Live> tensors_;  // by Tensor (ids are dense): every tensor taken, and whether it is held
+  std::vector<MemoryEvent> events_;
+  int iteration_ = 0;
 };
 
 // A collective as the planner asks for it; ProgramBuilder::collective turns it into an op and a
@@ -83,14 +107,15 @@ class ProgramBuilder {
   std::vector<int> broadcast_module_states(const std::vector<int>& params, const std::vector<int>& dims, DType dtype,
                                            const std::string& stream, int module, const std::string& reason,
                                            OpRole role);
-  void add_memory(std::int64_t delta, MemoryTracker::Kind kind = MemoryTracker::Kind::other) {
-    memory.add(delta, kind, result.program.ops);
-  }
-  // Bytes held only while the last emitted op runs (its workspace): counted in the peak, then freed.
-  void add_transient_memory(std::int64_t bytes) {
-    add_memory(bytes);
-    add_memory(-bytes);
-  }
+  // A tensor's storage, taken on `stream`'s allocator pool ("": the compute stream's) and given
+  // back by release. A tensor of 0 bytes is no tensor: kNoTensor, which release ignores.
+  static constexpr MemoryTracker::Tensor kNoTensor = -1;
+  MemoryTracker::Tensor allocate(std::int64_t bytes, MemoryTracker::Kind kind = MemoryTracker::Kind::other,
+                                 const std::string& stream = "");
+  void release(MemoryTracker::Tensor tensor);
+  // A static tensor (a parameter, an optimizer state, a bucket buffer) entering the history.
+  void record_static(std::int64_t bytes, const std::string& stream = "");
+  int memory_stream(const std::string& stream);
 
  private:
   // A compute op of this iteration without stream, FLOPs or dependencies.

@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "compute_cost.hpp"
+#include "stratsim/core/caching_allocator.hpp"
 #include "stratsim/core/errors.hpp"
 #include "stratsim/core/limits.hpp"
 
@@ -131,31 +132,56 @@ void Walk::finish_setup() {
   set_static_memory();
 }
 
-// Resident storage: parameters (sharded for FSDP), DDP bucket buffers, optimizer state.
+// Resident storage: parameters (sharded for FSDP), DDP bucket buffers, optimizer state. The
+// parameters and buckets enter the allocation history now; the optimizer's state when its first
+// step creates it (record_optimizer_state).
 void Walk::set_static_memory() {
   const OptimizerCost optimizer = optimizer_cost(context_.plan.optimizer);
   std::int64_t param_bytes = 0, optimizer_bytes = 0;
-  for (std::size_t p = 0; p < context_.params.size(); ++p) {
-    if (sharded(static_cast<int>(p))) continue;
-    param_bytes += context_.param_bytes(static_cast<int>(p));
-    if (context_.model.params[p].requires_grad)
-      optimizer_bytes +=
-          optimizer.resident_bytes(context_.params[p].local_numel, dtype_size(context_.model.params[p].dtype));
-  }
-  for (const FullyShard::Shard& shard : fsdp_.resident_shards()) {
-    param_bytes += shard.numel * dtype_size(shard.dtype);
-    optimizer_bytes += optimizer.resident_bytes(shard.numel, dtype_size(shard.dtype));
-  }
-  for (const FullyShard2::Shard& shard : fsdp2_.resident_shards()) {
-    param_bytes += shard.numel * dtype_size(shard.dtype);
-    optimizer_bytes += optimizer.resident_bytes(shard.numel, dtype_size(shard.dtype));
+  for (const ResidentTensor& tensor : resident_tensors()) {
+    const std::int64_t bytes = tensor.numel * dtype_size(tensor.dtype);
+    param_bytes += bytes;
+    builder_.record_static(bytes);
+    if (tensor.trained) optimizer_bytes += optimizer.resident_bytes(tensor.numel, dtype_size(tensor.dtype));
   }
   const std::int64_t bucket_bytes = ddp_.bucket_buffer_bytes();
+  builder_.record_static(bucket_bytes);
   MemoryReport& memory = builder_.result.memory;
   memory.parameters = param_bytes;
   memory.optimizer_state = optimizer_bytes;
   memory.ddp_bucket_buffers = bucket_bytes;
   builder_.memory.set_static(param_bytes + optimizer_bytes + bucket_bytes);
+}
+
+// The rank's parameter storage, one tensor each, in the model's parameter order (the order the
+// module allocates them and the optimizer creates their state): plain parameters and FSDP2's
+// per-parameter shards, then FSDP1's flat shards.
+std::vector<Walk::ResidentTensor> Walk::resident_tensors() const {
+  std::vector<ResidentTensor> tensors;
+  for (std::size_t p = 0; p < context_.params.size(); ++p) {
+    const int param = static_cast<int>(p);
+    if (context_.params[p].fsdp2_group >= 0) {
+      if (const auto shard = fsdp2_.resident_shard(param)) tensors.push_back({shard->numel, shard->dtype, true});
+    } else if (!sharded(param)) {
+      tensors.push_back(
+          {context_.params[p].local_numel, context_.model.params[p].dtype, context_.model.params[p].requires_grad});
+    }
+  }
+  for (const FullyShard::Shard& shard : fsdp_.resident_shards()) tensors.push_back({shard.numel, shard.dtype, true});
+  return tensors;
+}
+
+// The optimizer creates its state on its first step, a tensor per state and parameter (with a
+// float32 master copy under master weights).
+void Walk::record_optimizer_state() {
+  const OptimizerCost optimizer = optimizer_cost(context_.plan.optimizer);
+  for (const ResidentTensor& tensor : resident_tensors()) {
+    if (!tensor.trained) continue;
+    const int size = dtype_size(tensor.dtype);
+    const bool master = optimizer.keeps_master(size);
+    for (int state = 0; state < optimizer.states + (master ? 1 : 0); ++state)
+      builder_.record_static(tensor.numel * (master ? 4 : size));
+  }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -178,6 +204,7 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
   const std::size_t region_start = tape_.size();
   const int region_first_tensor = context_.next_tensor;
   std::int64_t region_saved = 0;
+  MemoryTracker::Tensor region_storage = ProgramBuilder::kNoTensor;
   // A region starts its own count of kept matmuls; the enclosing walk's resumes after it.
   const SelectiveRegion outer_selective = selective_;
   if (region) {
@@ -186,7 +213,7 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
     // when backward first unpacks one of its tensors.
     region_saved = act.bytes();
     for (const Activation& tensor : side) region_saved += tensor.bytes();  // attention's k and v
-    builder_.add_memory(region_saved, MemoryTracker::Kind::activation);
+    region_storage = builder_.allocate(region_saved, MemoryTracker::Kind::activation);
     region_saves_ = 0;
     last_saving_entry_ = 0;
   }
@@ -204,7 +231,7 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
     // unpacks a saved tensor and triggers the recomputation, so FSDP's recomputed pre-forward
     // finds them in BACKWARD_PRE and gathers nothing.
     std::vector<Activation> side_inputs(side.begin(), side.end());
-    auto replay_region = [this, m, region_input, region_saved, region_first_tensor, side_inputs, region_saves]() {
+    auto replay_region = [this, m, region_input, region_storage, region_first_tensor, side_inputs, region_saves]() {
       Activation replay = region_input;
       // The recomputation recreates the region's tensors under their first-pass ids, which the
       // backward entries recorded then will release.
@@ -215,7 +242,7 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
       recompute_ = {};
       selective_ = outer;
       context_.next_tensor = resume;
-      builder_.add_memory(-region_saved, MemoryTracker::Kind::activation);
+      builder_.release(region_storage);
     };
     // The recomputation runs when backward first unpacks a saved tensor of the region: entries
     // pushed after the region's last one that reads saved tensors (a tensor-parallel output's
@@ -378,25 +405,34 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
   const std::string& label = context_.label(m);
   // Selective checkpointing keeps this op's output from the first pass: the recomputation reuses it.
   const bool kept = keeps_output(module, mode);
+  Activation output = input;
+  output.shape.back() = out_local;
+  output.id = context_.fresh_tensor();
   emit_kernels(m, phase, cost.forward_prologue);
+  // The op's temporaries and what it saves of its own are taken before the extra kernels run
+  // (peak_at names this op); the temporaries are given back after them.
+  std::vector<MemoryTracker::Tensor> temporaries;
   if (!(kept && mode == Mode::replay)) {
     const int forward = builder_.compute(fmt::format("{}.{}", label, suffix), m, phase, cost.op_class,
                                          cost.forward_flops, cost.forward_bytes, deps, OpRole::leaf);
     builder_.set_gemms(forward, cost.forward_gemms);
-    builder_.add_transient_memory(cost.forward_workspace_bytes);  // before the extra kernels: peak_at names this op
+    temporaries = allocate_temporaries(cost.forward_workspace);
+  }
+  if (mode != Mode::checkpointed)
+    for (std::int64_t bytes : cost.saved_parts.empty() ? std::vector{cost.saved_bytes} : cost.saved_parts)
+      own_saved_[output.id].push_back(builder_.allocate(bytes, MemoryTracker::Kind::activation));
+  if (!(kept && mode == Mode::replay)) {
     emit_kernels(m, phase, cost.forward_extra);
+    release_temporaries(temporaries);
   }
 
-  Activation output = input;
-  output.shape.back() = out_local;
-  output.id = context_.fresh_tensor();
   const bool had_grad = act.requires_grad;
   bool own_grad = false;
   for (int p : module.params) own_grad = own_grad || context_.model.params[p].requires_grad;
   output.requires_grad = (module.leaf == LeafKind::embedding ? false : had_grad) || own_grad;
   // The kept output is cached from the first pass until the recomputation takes it back.
-  if (kept)
-    builder_.add_memory(mode == Mode::replay ? -output.bytes() : output.bytes(), MemoryTracker::Kind::activation);
+  if (kept && mode == Mode::replay) release_held(kept_outputs_, output.id);
+  else if (kept) kept_outputs_[output.id] = {builder_.allocate(output.bytes(), MemoryTracker::Kind::activation)};
 
   // What backward will read: shared tensors are held once (SavedTensors), the rest is the leaf's.
   std::vector<SavedRef> saved;
@@ -404,16 +440,14 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
   if (cost.saves_output) saved.emplace_back(output);
   if (cost.saves_kv)
     for (const Activation& tensor : side) saved.emplace_back(tensor);
-  if (mode != Mode::checkpointed) {
-    builder_.add_memory(cost.saved_bytes, MemoryTracker::Kind::activation);
+  if (mode != Mode::checkpointed)
     for (const SavedRef& tensor : saved) saved_.save(tensor);
-  }
   saved_point(mode, !saved.empty() || cost.saved_bytes > 0);
   act = output;
   if (mode == Mode::replay) return;
 
   if (!saved.empty() || cost.saved_bytes > 0) last_saving_entry_ = tape_.size() + 1;
-  tape_.push([this, m, cost, saved]() {
+  tape_.push([this, m, cost, saved, output_id = output.id]() {
     const Module& mod = context_.model.modules[m];
     const std::string& name = context_.label(m);
     // Backward waits for the gather that is current now (pre-backward or prefetch), not the forward one.
@@ -423,14 +457,34 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
     const int op = builder_.compute(name + ".backward", m, Phase::backward, cost.op_class, cost.backward_flops,
                                     cost.backward_bytes, now, OpRole::leaf);
     builder_.set_gemms(op, cost.backward_gemms);
-    builder_.add_transient_memory(cost.backward_workspace_bytes);
+    std::vector<MemoryTracker::Tensor> temporaries = allocate_temporaries(cost.backward_workspace);
     emit_kernels(m, Phase::backward, cost.backward_extra);
-    builder_.add_memory(-cost.saved_bytes, MemoryTracker::Kind::activation);
+    release_held(own_saved_, output_id);
     for (const SavedRef& tensor : saved) saved_.release(tensor);
+    // The temporaries go back the first taken first; the gradient handed on is made from the last.
+    const MemoryTracker::Tensor last = temporaries.empty() ? ProgramBuilder::kNoTensor : temporaries.back();
+    if (!temporaries.empty()) temporaries.pop_back();
+    for (MemoryTracker::Tensor tensor : temporaries) builder_.release(tensor);
+    const MemoryTracker::Tensor grad_input = builder_.allocate(cost.backward_grad_input_bytes);
+    builder_.release(last);
     // AccumulateGrad order: autograd runs the bias's accumulation before the weight's (addmm feeds
     // bias directly, weight through TBackward), i.e. parameters in reverse registration order.
     for (auto it = mod.params.rbegin(); it != mod.params.rend(); ++it) grad_ready(*it, op);
+    builder_.release(std::exchange(pending_grad_input_, grad_input));
   });
+}
+
+// An op's temporaries, taken in order.
+std::vector<MemoryTracker::Tensor> Walk::allocate_temporaries(const std::vector<std::int64_t>& temporaries) {
+  std::vector<MemoryTracker::Tensor> tensors;
+  for (std::int64_t bytes : temporaries) tensors.push_back(builder_.allocate(bytes));
+  return tensors;
+}
+
+// The rest given back, the last taken first.
+void Walk::release_temporaries(std::vector<MemoryTracker::Tensor>& tensors) {
+  for (auto it = tensors.rbegin(); it != tensors.rend(); ++it) builder_.release(*it);
+  tensors.clear();
 }
 
 // checkpoint(use_reentrant=False) stops its recomputation once the last tensor the region saved
@@ -490,22 +544,24 @@ void Walk::forward_param_matmul(int p, Activation& act, Mode mode) {
   const bool is_matrix = state.local_shape.size() == 2;
   const std::int64_t in_width = is_matrix ? state.local_shape[0] : 0;
   if (is_matrix) builder_.set_gemms(forward, linear_forward_gemms(t, in_width, out));
-  if (mode != Mode::checkpointed) builder_.add_memory(saved, MemoryTracker::Kind::activation);
+  const int output_id = context_.fresh_tensor();
+  if (mode != Mode::checkpointed) own_saved_[output_id] = {builder_.allocate(saved, MemoryTracker::Kind::activation)};
   saved_point(mode, saved > 0);
   const bool input_grad = act.requires_grad;
   act.shape.back() = out;
   act.requires_grad = true;
-  act.id = context_.fresh_tensor();
+  act.id = output_id;
   if (mode == Mode::replay) return;
   if (saved > 0) last_saving_entry_ = tape_.size() + 1;
-  tape_.push([this, p, m, flops, saved, input_grad, base, is_matrix, t, in_width, out]() {
+  tape_.push([this, p, m, flops, input_grad, base, is_matrix, t, in_width, out, output_id]() {
     std::vector<int> now;
     if (const int gather = gather_op(p); gather >= 0) now.push_back(gather);
     const int op = builder_.compute(base + ".backward", m, Phase::backward, "gemm", flops * (input_grad ? 2 : 1), 0,
                                     now, OpRole::param_matmul, {context_.model.params[p].fqn});
     if (is_matrix) builder_.set_gemms(op, linear_backward_gemms(t, in_width, out, input_grad));
-    builder_.add_memory(-saved, MemoryTracker::Kind::activation);
+    release_held(own_saved_, output_id);
     grad_ready(p, op);
+    builder_.release(std::exchange(pending_grad_input_, ProgramBuilder::kNoTensor));
   });
 }
 
@@ -528,7 +584,7 @@ void Walk::grad_ready(int p, int producer) {
     fsdp2_.grad_ready(p, producer);
     return;
   }
-  if (!ddp_.gradient_as_bucket_view(p)) builder_.add_memory(context_.param_bytes(p), MemoryTracker::Kind::gradient);
+  if (!ddp_.gradient_as_bucket_view(p)) builder_.allocate(context_.param_bytes(p), MemoryTracker::Kind::gradient);
   ddp_.grad_ready(p, producer);
 }
 
@@ -585,8 +641,10 @@ void Walk::optimizer_step() {
   builder_.last_optimizer_op =
       builder_.compute("optimizer.step", 0, Phase::optimizer, "optimizer", cost.flops_per_element * elements, bytes,
                        builder_.iteration_grad_ops, OpRole::optimizer);
+  if (!optimizer_state_recorded_) record_optimizer_state();
+  optimizer_state_recorded_ = true;
   // zero_grad(set_to_none=True)
-  builder_.add_memory(-builder_.memory.gradient_bytes(), MemoryTracker::Kind::gradient);
+  builder_.memory.release_all(MemoryTracker::Kind::gradient, builder_.result.program.ops);
 }
 
 namespace {
@@ -743,6 +801,23 @@ void Walk::run_iteration() {
   if (context_.sync) optimizer_step();
 }
 
+namespace {
+
+// The caching allocator replayed over the history: its segments never go back, so the peak is
+// what it holds at the end.
+std::int64_t reserved_peak(const std::vector<MemoryEvent>& history, AllocatorConfig config) {
+  std::vector<AllocatorEvent> events;
+  events.reserve(history.size());
+  for (const MemoryEvent& event : history)
+    events.push_back({.action = event.allocate ? AllocatorEvent::Action::alloc : AllocatorEvent::Action::free,
+                      .address = static_cast<std::uint64_t>(event.tensor),
+                      .size = event.bytes,
+                      .stream = event.stream});
+  return replay_allocator_trace(events, config, false).peak_reserved;
+}
+
+}  // namespace
+
 PlanResult Walk::run() {
   const Plan& plan = context_.plan;
   const PlanOptions& options = context_.options;
@@ -767,12 +842,25 @@ PlanResult Walk::run() {
     result.group_ranks.push_back(result.program.group_ranks(group, options.rank));
   MemoryReport& memory = result.memory;
   builder_.memory.fill(memory);
+  result.memory_events = builder_.memory.take_events();
+  memory.reserved_peak = reserved_peak(result.memory_events, {.expandable_segments = false});
+  memory.reserved_peak_expandable = reserved_peak(result.memory_events, {.expandable_segments = true});
   if (plan.device_memory_gib) {
     memory.device_memory_bytes = *plan.device_memory_gib * 1024.0 * 1024.0 * 1024.0;
     memory.out_of_memory = static_cast<double>(memory.peak) > *memory.device_memory_bytes;
     if (memory.out_of_memory)
       result.warnings.push_back(fmt::format("out of memory: peak {:.2f} GiB exceeds the device's {:.2f} GiB (at {})",
                                             memory.peak / 1073741824.0, *plan.device_memory_gib, memory.peak_at));
+    // Below the device but above it once fragmented: PyTorch's allocator, when cudaMalloc fails,
+    // frees every cached block it can and retries, which synchronizes the device each time.
+    const std::int64_t reserved = std::min(memory.reserved_peak, memory.reserved_peak_expandable);
+    if (!memory.out_of_memory && static_cast<double>(reserved) > *memory.device_memory_bytes)
+      result.warnings.push_back(fmt::format(
+          "memory fragmentation: the caching allocator would reserve {:.2f} GiB ({:.2f} GiB with "
+          "expandable_segments), more than the device's {:.2f} GiB; the step fits only by freeing the cache and "
+          "retrying (torch.cuda.memory_stats()[\"num_alloc_retries\"]), each retry synchronizing the device",
+          memory.reserved_peak / 1073741824.0, memory.reserved_peak_expandable / 1073741824.0,
+          *plan.device_memory_gib));
   }
   ddp_.report(result);
   fsdp_.report(result);

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <span>
+#include <unordered_map>
 #include <vector>
+
 #include "backward_tape.hpp"
 #include "compute_cost.hpp"
 #include "context.hpp"
@@ -30,6 +32,14 @@ class Walk {
   void apply_plan();
   void finish_setup();
   void set_static_memory();
+  struct ResidentTensor {
+    std::int64_t numel = 0;
+    DType dtype = DType::float32;
+    bool trained = true;  // requires_grad: the optimizer keeps state for it
+  };
+  std::vector<ResidentTensor> resident_tensors() const;
+  void record_optimizer_state();
+  bool optimizer_state_recorded_ = false;
   void run_iteration();
   // `act` is the module's input and becomes its output; `side` are further inputs the forward
   // names (attention's k and v).
@@ -43,6 +53,8 @@ class Walk {
   void forward_leaf(int m, Activation& act, Mode mode, std::span<const Activation> side);
   bool keeps_output(const Module& module, Mode mode);
   void emit_kernels(int m, Phase phase, const std::vector<KernelCost>& kernels);
+  std::vector<MemoryTracker::Tensor> allocate_temporaries(const std::vector<std::int64_t>& temporaries);
+  void release_temporaries(std::vector<MemoryTracker::Tensor>& tensors);
   void forward_param_matmul(int p, Activation& act, Mode mode);
   void grad_ready(int p, int producer);
   int gather_op(int p) const;  // the FSDP all-gather compute reading p waits for, -1 if none
@@ -79,6 +91,20 @@ class Walk {
   // goes there: autograd recomputes when such an entry first unpacks one).
   std::size_t last_saving_entry_ = 0;
   void saved_point(Mode mode, bool saves);
+  // Storage held under an op's output tensor id, which a recomputation recreates: outputs kept by
+  // selective checkpointing until the recomputation takes them back, and what a leaf or a
+  // parameter matmul saves for its backward beyond the SavedTensors (attention's statistics).
+  using HeldByTensor = std::unordered_map<int, std::vector<MemoryTracker::Tensor>>;
+  HeldByTensor kept_outputs_, own_saved_;
+  // The gradient the last backward handed on as a tensor of its own (LeafCost::
+  // backward_grad_input_bytes), given back once the next backward leaf has run.
+  MemoryTracker::Tensor pending_grad_input_ = ProgramBuilder::kNoTensor;
+  void release_held(HeldByTensor& held, int id) {
+    const auto it = held.find(id);
+    if (it == held.end()) return;
+    for (MemoryTracker::Tensor tensor : it->second) builder_.release(tensor);
+    held.erase(it);
+  }
 };
 
 }  // namespace stratsim::core::planner

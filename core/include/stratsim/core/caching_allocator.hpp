@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -90,6 +91,7 @@ class CachingAllocator {
   AllocatorStats stats_;
   std::vector<Piece> pieces_;
   std::set<PoolKey> free_;
+  std::map<std::pair<bool, std::int64_t>, int> tails_;   // expandable: each pool and stream's last piece
   std::uint64_t next_address_ = std::uint64_t{1} << 40;  // where the next segment starts, unless given
 };
 
@@ -107,6 +109,7 @@ struct AllocatorHistory {
   // What the file says of the run, where it says it: "allocator_settings" and PyTorch's "stats".
   bool recorded_expandable = false;
   std::optional<std::int64_t> recorded_allocated_peak, recorded_reserved_peak;
+  std::string source;  // "source": what wrote a history that was not recorded ("stratsim plan")
 };
 AllocatorHistory read_allocator_trace(const std::string& path);
 

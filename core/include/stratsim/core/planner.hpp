@@ -93,6 +93,19 @@ struct FsdpParamGroupReport {
   std::int64_t unsharded_numel = 0;        // W * shard_numel
 };
 
+// One step of the rank's allocation history as the planner models it: a tensor's storage taken or
+// given back, on the stream whose caching-allocator pool serves it (0: the compute stream; others
+// index PlanResult::memory_streams). Replayed through core::CachingAllocator it gives the
+// reserved peak (caching_allocator.hpp).
+struct MemoryEvent {
+  bool allocate = true;  // false: released
+  int tensor = 0;        // unique per allocation
+  std::int64_t bytes = 0;
+  int stream = 0;
+  int op = -1;        // the program op last emitted when it happened (-1: before any)
+  int iteration = 0;  // the training iteration it belongs to (0: while the plan is applied)
+};
+
 struct MemoryReport {
   std::int64_t parameters = 0;  // resident parameter storage (sharded where FSDP shards)
   std::int64_t gradients = 0;   // resident gradients after backward
@@ -102,6 +115,10 @@ struct MemoryReport {
   std::int64_t unsharded_params_peak = 0;  // FSDP unsharded flat parameters alive at once, peak
   std::int64_t peak = 0;                   // peak of everything above over the step
   std::string peak_at;                     // op name where the peak occurs
+  // What PyTorch's caching allocator would reserve for the allocation history (memory_events)
+  // with its default segments and with expandable_segments:True; 0 without a history.
+  std::int64_t reserved_peak = 0;
+  std::int64_t reserved_peak_expandable = 0;
   std::optional<double> device_memory_bytes;
   bool out_of_memory = false;
 };
@@ -152,6 +169,8 @@ struct PlanResult {
   std::vector<int> input_dims;
   std::vector<TpBoundary> tp_inputs;  // in forward order
   MemoryReport memory;
+  std::vector<MemoryEvent> memory_events;   // every iteration's, in program order
+  std::vector<std::string> memory_streams;  // the allocator pools' streams: [0] is "compute"
   std::vector<std::string> warnings;
 
   // CommDebugMode-style counts of the last iteration.

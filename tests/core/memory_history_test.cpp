@@ -1,0 +1,191 @@
+// The planned rank's allocation history (PlanResult::memory_events) and the reserved peak the
+// caching allocator model gives for it: the history is the memory report's own account, tensor by
+// tensor (its running sum reaches the report's peak); FSDP's buffers come from the pools of the
+// streams PyTorch allocates them on; and against ten recorded histories of one H200 (Llama 3.1 8B
+// widths, FSDP2, PyTorch 2.11) the predicted reserved peak lands within a few percent.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "../cli_support.hpp"
+#include "planner_test_support.hpp"
+#include "stratsim/core/caching_allocator.hpp"
+#include "stratsim/core/model_io.hpp"
+#include "stratsim/core/plan.hpp"
+
+namespace stratsim::test {
+namespace {
+
+using core::MemoryEvent;
+
+// Llama 3.1 8B's widths at `layers` blocks, batch 2 of 8,192 tokens, as llama_step.py trains it.
+std::string llama(int layers) {
+  return "zoo:gpt:layers=" + std::to_string(layers) +
+         ",hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,seq=8192,norm=fused";
+}
+
+// llama_step.py's plan: FSDP2 per block then the root, bfloat16 params, float32 reduce.
+std::string fsdp2_plan(int world, const std::string& checkpoint, const std::string& version = "2.11") {
+  const std::string mp = R"("mp_policy": {"param_dtype": "bfloat16", "reduce_dtype": "float32"})";
+  std::string steps;
+  if (checkpoint == "full") steps += R"({"checkpoint": {"module": "layers.*"}},)";
+  if (checkpoint == "selective_op") steps += R"({"checkpoint": {"module": "layers.*", "policy": "selective_op"}},)";
+  steps +=
+      R"({"torch.distributed.fsdp.fully_shard": {"module": "layers.*", "reshard_after_forward": true, )" + mp + "}},";
+  steps += R"({"torch.distributed.fsdp.fully_shard": {"module": "", )" + mp + "}}";
+  return R"({"world_size": )" + std::to_string(world) + R"(, "batch_size": 2, "torch_version": ")" + version +
+         R"(", "optimizer": {"type": "adamw", "max_norm": 1.0}, "steps": [)" + steps + "]}";
+}
+
+struct Case {
+  const char* name;
+  std::string model, plan;
+};
+
+std::vector<Case> cases() {
+  return {{"ddp", "zoo:Net", core::plan_document("builtin:ddp").dump()},
+          {"fsdp", "zoo:Net", core::plan_document("builtin:fsdp").dump()},
+          {"fsdp_tp", "zoo:TestModel", core::plan_document("builtin:fsdp-tp").dump()},
+          {"ddp_tp", "zoo:Net", core::plan_document("builtin:ddp-tp").dump()},
+          {"fsdp2_world1", llama(2), fsdp2_plan(1, "selective_op")},
+          {"fsdp2_world8_full_ac", llama(2), fsdp2_plan(8, "full", "2.6")}};
+}
+
+int stream_index(const PlanResult& result, const std::string& name) {
+  const auto& streams = result.memory_streams;
+  const auto it = std::find(streams.begin(), streams.end(), name);
+  return it == streams.end() ? -1 : static_cast<int>(it - streams.begin());
+}
+
+// Every tensor is taken once and given back at most once, after it was taken, on its own pool.
+TEST(MemoryHistory, EveryTensorIsTakenOnceAndGivenBackAtMostOnce) {
+  for (const Case& c : cases()) {
+    const PlanResult result = run_plan(c.model, c.plan, 0, 3);
+    ASSERT_FALSE(result.memory_events.empty()) << c.name;
+    std::map<int, MemoryEvent> live;
+    std::set<int> taken;
+    for (const MemoryEvent& event : result.memory_events) {
+      ASSERT_GT(event.bytes, 0) << c.name;
+      ASSERT_LT(event.stream, static_cast<int>(result.memory_streams.size())) << c.name;
+      if (event.allocate) {
+        EXPECT_TRUE(taken.insert(event.tensor).second) << c.name << ": tensor " << event.tensor << " taken twice";
+        live[event.tensor] = event;
+        continue;
+      }
+      const auto it = live.find(event.tensor);
+      ASSERT_NE(it, live.end()) << c.name << ": tensor " << event.tensor << " given back but not held";
+      EXPECT_EQ(it->second.bytes, event.bytes) << c.name;
+      EXPECT_EQ(it->second.stream, event.stream) << c.name;
+      live.erase(it);
+    }
+  }
+}
+
+// The history is the report's account tensor by tensor: its running sum over the last iteration
+// peaks at the report's (steady-state) peak, and the allocator replay allocates as much.
+TEST(MemoryHistory, ItsRunningSumPeaksAtTheReportsPeak) {
+  for (const Case& c : cases()) {
+    const PlanResult result = run_plan(c.model, c.plan, 0, 3);
+    std::int64_t live = 0, peak = 0;
+    for (const MemoryEvent& event : result.memory_events) {
+      if (event.iteration == 3 && peak == 0) peak = live;  // where the steady state starts
+      live += event.allocate ? event.bytes : -event.bytes;
+      if (event.iteration == 3) peak = std::max(peak, live);
+    }
+    EXPECT_EQ(peak, result.memory.peak) << c.name;
+    EXPECT_GE(result.memory.reserved_peak, result.memory.peak) << c.name;
+    EXPECT_GE(result.memory.reserved_peak_expandable, result.memory.peak) << c.name;
+  }
+}
+
+// FSDP2 at world size 8: the flat all-gather outputs come from the copy-in stream's pool, the
+// reduced gradient shards from the reduce-scatter stream's (they outlive the backward, until
+// zero_grad), the reduce-scatter inputs and unsharded parameters from the compute stream's.
+TEST(MemoryHistory, Fsdp2BuffersComeFromTheirStreamsPools) {
+  const PlanResult result = run_plan(llama(2), fsdp2_plan(8, "none", "2.6"), 0, 2);
+  const int copy_in = stream_index(result, "fsdp.all_gather_copy_in");
+  const int reduce_scatter = stream_index(result, "fsdp.reduce_scatter");
+  ASSERT_GT(copy_in, 0);
+  ASSERT_GT(reduce_scatter, 0);
+  // One block: 218,112,000 parameters (the norms' 8,192 among them), a 27,264,000-element shard each.
+  const std::int64_t block = 218'112'000, shard = block / 8;
+  std::map<std::pair<int, std::int64_t>, int> taken;  // (stream, bytes) -> allocations in iteration 2
+  for (const MemoryEvent& event : result.memory_events)
+    if (event.allocate && event.iteration == 2) ++taken[{event.stream, event.bytes}];
+  EXPECT_EQ((taken[{copy_in, block * 2}]), 4) << "each block gathered in forward and again in backward";
+  EXPECT_EQ((taken[{reduce_scatter, shard * 4}]), 2) << "each block's float32 gradient shard";
+  EXPECT_EQ((taken[{0, block * 4}]), 2) << "each block's float32 reduce-scatter input";
+  EXPECT_EQ((taken[{0, 14336LL * 4096 * 2}]), 18) << "w1, w2, w3 unsharded twice a block, and their gradients";
+}
+
+// PyTorch's own reserved peaks of ten recorded runs on one H200 (2, 4 and 8 layers; no, selective
+// and full checkpointing; default and expandable segments): benchmarks/accuracy/gpu/measured/h200/
+// memory/. The prediction knows only the model and the plan.
+struct Recorded {
+  const char* name;
+  int layers;
+  const char* checkpoint;
+};
+
+class ReservedPeak : public testing::TestWithParam<Recorded> {};
+
+std::int64_t recorded_reserved(const std::string& name) {
+  const std::string path =
+      std::string(STRATSIM_SOURCE_DIR) + "/benchmarks/accuracy/gpu/measured/h200/memory/" + name + ".json.gz";
+  return core::read_allocator_trace(path).recorded_reserved_peak.value();
+}
+
+TEST_P(ReservedPeak, IsPyTorchsOnOneH200) {
+  const Recorded& run = GetParam();
+  const PlanResult result = run_plan(llama(run.layers), fsdp2_plan(1, run.checkpoint), 0, 2);
+  const double expandable = static_cast<double>(recorded_reserved(std::string(run.name) + "_expandable"));
+  const double standard = static_cast<double>(recorded_reserved(run.name));
+  // Measured: -0.4 to -0.7 % with expandable segments, -3.5 to +7.8 % with the default ones.
+  EXPECT_NEAR(static_cast<double>(result.memory.reserved_peak_expandable) / expandable, 1.0, 0.02);
+  EXPECT_NEAR(static_cast<double>(result.memory.reserved_peak) / standard, 1.0, 0.10);
+}
+
+INSTANTIATE_TEST_SUITE_P(OneH200, ReservedPeak,
+                         testing::Values(Recorded{"llama2_selective_op", 2, "selective_op"},
+                                         Recorded{"llama4_selective_op", 4, "selective_op"},
+                                         Recorded{"llama4_none", 4, "none"}, Recorded{"llama4_full", 4, "full"},
+                                         Recorded{"llama8_selective_op", 8, "selective_op"}),
+                         [](const testing::TestParamInfo<Recorded>& info) { return std::string(info.param.name); });
+
+// Fragmentation past the device: allocated fits, reserved does not. TestModel's 2.2 KiB peak
+// reserves three 2 MiB small-pool segments (the compute, unshard and reduce-scatter streams').
+TEST(MemoryHistory, AReservedPeakPastTheDeviceIsAWarningNotAnOutOfMemory) {
+  nlohmann::json plan = core::plan_document("builtin:fsdp-tp");
+  plan["device_memory_gb"] = 4.0 / 1024;
+  const PlanResult result = run_plan("zoo:TestModel", plan.dump(), 0, 1);
+  EXPECT_FALSE(result.memory.out_of_memory);
+  EXPECT_EQ(result.memory.reserved_peak, 3 * (2 << 20));
+  ASSERT_EQ(result.warnings.size(), 1u);
+  EXPECT_NE(result.warnings[0].find("memory fragmentation: the caching allocator would reserve"), std::string::npos)
+      << result.warnings[0];
+}
+
+// `plan --memory-history` writes what `allocator` replays, to the report's reserved peaks.
+TEST(MemoryHistoryCli, PlanWritesAHistoryTheAllocatorReplays) {
+  const std::string history = temp_path("planned_history.json");
+  std::filesystem::remove(history);
+  const CliRun plan = run_cli("plan --model zoo:TestModel --plan builtin:fsdp-tp --json --memory-history " + history);
+  ASSERT_EQ(plan.code, 0) << plan.out;
+  const auto memory = nlohmann::json::parse(plan.out)["memory"];
+  const CliRun replay = run_cli("allocator --json " + history, true);
+  ASSERT_EQ(replay.code, 0) << replay.out;
+  const auto replayed = nlohmann::json::parse(replay.out);
+  EXPECT_EQ(replayed["default_segments"]["reserved_peak_bytes"], memory["reserved_peak"]);
+  EXPECT_EQ(replayed["expandable_segments"]["reserved_peak_bytes"], memory["reserved_peak_expandable"]);
+  const CliRun text = run_cli("allocator " + history, true);
+  EXPECT_NE(text.out.find("written by stratsim plan"), std::string::npos) << text.out;
+}
+
+}  // namespace
+}  // namespace stratsim::test
