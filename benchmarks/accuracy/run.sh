@@ -9,7 +9,8 @@
 # (torchtitan/check.sh, also the accuracy_torchtitan CTest test: the selective op run torchtitan
 # made must be within 10 % on throughput), and
 # Llama 3.1 8B with 2 to 8 layers trained by PyTorch on one H100 and one H200 (gpu/measured/ and
-# gpu/measured/h200/, recorded by gpu/measure.sh; no network: the compute and memory model alone). The measured half, ten plans on this host's Gloo ranks against the platform
+# gpu/measured/h200/, recorded by gpu/measure.sh; no network: the compute and memory model alone),
+# with the H200 runs' caching-allocator histories (reserved memory). The measured half, ten plans on this host's Gloo ranks against the platform
 # `stratsim calibrate` writes, is gloo.sh (noisy and slower: run it on a quiet box). Exit status 0
 # only if every comparison holds its tolerance.
 set -euo pipefail
@@ -79,6 +80,40 @@ measured_on_one_gpu() { # DIR PRESET GPU
 }
 measured_on_one_gpu "$here/gpu/measured" h100 H100
 measured_on_one_gpu "$here/gpu/measured/h200" h200 H200
+
+# Reserved memory: PyTorch's caching allocator on the same H200 runs (gpu/measured/h200/memory/,
+# each run recorded with default and with expandable segments) against the reserved peaks the
+# planner's allocation history gives. Within 2 % (expandable) and 10 % (default) or the run fails
+# (the ReservedPeak unit test checks the same).
+echo
+echo "## Reserved memory on one H200 (PyTorch's caching allocator, $here/gpu/measured/h200/memory/)"
+echo
+echo "| layers | AC | default segments: PyTorch | predicted | error | expandable segments: PyTorch | predicted | error |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|"
+recorded_reserved() { gzip -dc "$1" | grep -o '"reserved_bytes.all.peak": *[0-9]*' | head -1 | sed 's/.*: *//'; }
+for history in "$here"/gpu/measured/h200/memory/llama*_expandable.json.gz; do
+  name=$(basename "$history" _expandable.json.gz)
+  layers=${name#llama}; layers=${layers%%_*}; ac=${name#llama"$layers"_}
+  mp='mp_policy: {param_dtype: bfloat16, reduce_dtype: float32}'
+  { echo "world_size: 1"; echo "batch_size: 2"; echo "optimizer: {type: adamw, max_norm: 1.0}"
+    echo 'torch_version: "2.11"'; echo "steps:"
+    case $ac in
+      full) echo '  - checkpoint: {module: "layers.*"}' ;;
+      selective_op) echo '  - checkpoint: {module: "layers.*", policy: selective_op}' ;;
+    esac
+    echo "  - torch.distributed.fsdp.fully_shard: {module: \"layers.*\", reshard_after_forward: true, $mp}"
+    echo "  - torch.distributed.fsdp.fully_shard: {module: \"\", $mp}"
+  } >"$plan"
+  model="zoo:gpt:layers=$layers,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,seq=8192,norm=fused"
+  report=$("$build/stratsim" plan --model "$model" --plan "$plan" --iterations 2 --json)
+  predicted() { grep -o "\"$1\": *[0-9]*" <<<"$report" | tail -1 | sed 's/.*: *//'; }
+  awk -v l="$layers" -v a="$ac" -v rd="$(recorded_reserved "${history%_expandable.json.gz}.json.gz")" \
+    -v pd="$(predicted reserved_peak)" -v re="$(recorded_reserved "$history")" -v pe="$(predicted reserved_peak_expandable)" 'BEGIN {
+    g = 1073741824; ed = (pd / rd - 1) * 100; ee = (pe / re - 1) * 100
+    printf "| %d | %s | %.2f GiB | %.2f GiB | %+.1f %% | %.2f GiB | %.2f GiB | %+.1f %% |\n", l, a, rd / g, pd / g, ed,
+      re / g, pe / g, ee
+    exit (ee > 2 || ee < -2 || ed > 10 || ed < -10) }' || status=1
+done
 echo
 echo "Step time: the H100 runs simulate 0.4-2.8 % fast, the H200 runs 0.0 % to 2.6 % slow (the H200's"
 echo "GEMM table is swept at the clock its power cap holds; a step's GEMMs run faster). Memory: the"
