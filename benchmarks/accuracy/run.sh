@@ -38,6 +38,21 @@ bash "$here/torchtitan/check.sh" "$build" || status=1
 # 8-GPU run; these are its evidence).
 plan=$(mktemp --suffix=.yaml)
 trap 'rm -f "$plan"' EXIT
+# llama_step.py's own plan into $plan: FSDP2 per block (reshard_after_forward=True), then the root,
+# bfloat16 params and float32 reduce; clip_grad_norm_(max_norm=1) before the fused AdamW step;
+# PyTorch 2.11; activation checkpointing AC (none, full or selective_op) on every block.
+write_llama_plan() { # BATCH AC
+  local mp='mp_policy: {param_dtype: bfloat16, reduce_dtype: float32}'
+  { echo "world_size: 1"; echo "batch_size: $1"; echo "optimizer: {type: adamw, max_norm: 1.0}"
+    echo 'torch_version: "2.11"'; echo "steps:"
+    case $2 in
+      full) echo '  - checkpoint: {module: "layers.*"}' ;;
+      selective_op) echo '  - checkpoint: {module: "layers.*", policy: selective_op}' ;;
+    esac
+    echo "  - torch.distributed.fsdp.fully_shard: {module: \"layers.*\", reshard_after_forward: true, $mp}"
+    echo "  - torch.distributed.fsdp.fully_shard: {module: \"\", $mp}"
+  } >"$plan"
+}
 measured_on_one_gpu() { # DIR PRESET GPU
   local dir=$1 preset=$2 gpu=$3 run
   echo
@@ -53,18 +68,7 @@ measured_on_one_gpu() { # DIR PRESET GPU
     for value in "$layers" "$ac" "$norm" "$batch" "$seq" "$dim" "$heads" "$kv_heads" "$ffn" "$vocab"; do
       [[ -n $value ]] || { echo "run.sh: $run: a config field is missing" >&2; exit 2; }
     done
-    # llama_step.py's own plan: FSDP2 per block (reshard_after_forward=True), then the root;
-    # clip_grad_norm_(max_norm=1) before the fused AdamW step; PyTorch 2.11.
-    mp='mp_policy: {param_dtype: bfloat16, reduce_dtype: float32}'
-    { echo "world_size: 1"; echo "batch_size: $batch"; echo "optimizer: {type: adamw, max_norm: 1.0}"
-      echo 'torch_version: "2.11"'; echo "steps:"
-      case $ac in
-        full) echo '  - checkpoint: {module: "layers.*"}' ;;
-        selective_op) echo '  - checkpoint: {module: "layers.*", policy: selective_op}' ;;
-      esac
-      echo "  - torch.distributed.fsdp.fully_shard: {module: \"layers.*\", reshard_after_forward: true, $mp}"
-      echo "  - torch.distributed.fsdp.fully_shard: {module: \"\", $mp}"
-    } >"$plan"
+    write_llama_plan "$batch" "$ac"
     model="zoo:gpt:layers=$layers,hidden=$dim,heads=$heads,kv_heads=$kv_heads,ffn=$ffn,vocab=$vocab,seq=$seq,norm=$norm"
     tps=$("$build/stratsim" simulate --quiet --model "$model" --plan "$plan" --iterations 2 --platform "$preset:gpus=1" --json |
       grep -o '"tokens_per_s": *[0-9.e+]*' | tail -1 | sed 's/.*: *//')
@@ -94,16 +98,7 @@ recorded_reserved() { gzip -dc "$1" | grep -o '"reserved_bytes.all.peak": *[0-9]
 for history in "$here"/gpu/measured/h200/memory/llama*_expandable.json.gz; do
   name=$(basename "$history" _expandable.json.gz)
   layers=${name#llama}; layers=${layers%%_*}; ac=${name#llama"$layers"_}
-  mp='mp_policy: {param_dtype: bfloat16, reduce_dtype: float32}'
-  { echo "world_size: 1"; echo "batch_size: 2"; echo "optimizer: {type: adamw, max_norm: 1.0}"
-    echo 'torch_version: "2.11"'; echo "steps:"
-    case $ac in
-      full) echo '  - checkpoint: {module: "layers.*"}' ;;
-      selective_op) echo '  - checkpoint: {module: "layers.*", policy: selective_op}' ;;
-    esac
-    echo "  - torch.distributed.fsdp.fully_shard: {module: \"layers.*\", reshard_after_forward: true, $mp}"
-    echo "  - torch.distributed.fsdp.fully_shard: {module: \"\", $mp}"
-  } >"$plan"
+  write_llama_plan 2 "$ac"
   model="zoo:gpt:layers=$layers,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,seq=8192,norm=fused"
   report=$("$build/stratsim" plan --model "$model" --plan "$plan" --iterations 2 --json)
   predicted() { grep -o "\"$1\": *[0-9]*" <<<"$report" | tail -1 | sed 's/.*: *//'; }

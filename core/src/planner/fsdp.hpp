@@ -68,7 +68,7 @@ class FullyShard {
     bool grad_allocated = false;
     // Their storage in the allocation history: the padded unsharded flat parameter (allocated on
     // the unshard stream, or for ever under NO_SHARD) and its unsharded gradient.
-    MemoryTracker::Tensor unsharded_storage = -1, grad_storage = -1;
+    MemoryTracker::Tensor unsharded_storage = MemoryTracker::kNoTensor, grad_storage = MemoryTracker::kNoTensor;
     bool has_handle() const { return !params.empty(); }
     DType param_dtype() const { return config.param_dtype.value_or(orig_dtype); }
   };

@@ -431,7 +431,6 @@ void FullyShard2::post_backward(int g) {
     builder_.allocate(shard * dtype_size(group.orig_dtype), MemoryTracker::Kind::gradient, kReduceScatterStream);
     builder_.release(output);
   }
-  group.unsharded_grad_bytes = 0;
 }
 
 // NCCL divides float32 and bfloat16 sums itself (ReduceOp.AVG). Any other reduce dtype (float16,
@@ -492,7 +491,6 @@ void FullyShard2::grad_ready(int p, int /*producer*/) {
   // The gradient autograd writes is the unsharded parameter's, in its dtype (grad_dtype).
   const std::int64_t bytes =
       group.shard_numels[index_in_group_[p]] * group.world * dtype_size(group.grad_dtype(context_.plan.torch_version));
-  group.unsharded_grad_bytes += bytes;
   group.unsharded_grads.push_back(builder_.allocate(bytes, MemoryTracker::Kind::gradient));
 }
 

@@ -86,11 +86,10 @@ class FullyShard2 {
     bool accumulated = false;           // an earlier micro-step left unsharded gradients (no sync)
     bool sharded_post_forward = false;  // holds post-forward shards (reshard_after_forward=k)
     int all_gather_op = -1;
-    std::int64_t unsharded_grad_bytes = 0;  // accumulated without reduction (no sync)
     // Their storage in the allocation history: the unsharded parameters (with the post-forward
     // shards under reshard_after_forward=k) and each parameter's unsharded gradient.
     std::vector<MemoryTracker::Tensor> unsharded_params, unsharded_grads;  // per parameter
-    MemoryTracker::Tensor all_gather_output = -1, post_forward_storage = -1;
+    MemoryTracker::Tensor all_gather_output = MemoryTracker::kNoTensor, post_forward_storage = MemoryTracker::kNoTensor;
     DType param_dtype() const { return config.param_dtype.value_or(orig_dtype); }
     // MixedPrecisionPolicy casts the shards to param_dtype before gathering them.
     bool casts_params() const { return param_dtype() != orig_dtype; }
@@ -153,7 +152,8 @@ class FullyShard2 {
   // Buffers FSDP2 holds past the op that made them (FSDPCommContext's all_gather_state and
   // reduce_scatter_state): the last forward gather's flat output, freed at the next group's
   // copy-out, and the last reduce-scatter's input, freed at the next group's reduction.
-  MemoryTracker::Tensor forward_gather_output_ = -1, reduce_scatter_input_ = -1;
+  MemoryTracker::Tensor forward_gather_output_ = MemoryTracker::kNoTensor,
+                        reduce_scatter_input_ = MemoryTracker::kNoTensor;
   void allocate_unsharded_params(int g, bool cast_each);
   std::vector<bool> has_grad_;
   // Per root (FSDPCommContext.post_forward_order): this iteration's post-forwards, by group.

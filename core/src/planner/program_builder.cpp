@@ -48,7 +48,7 @@ void MemoryTracker::record_static(std::int64_t bytes, int stream, const std::vec
 
 MemoryTracker::Tensor MemoryTracker::allocate(std::int64_t bytes, Kind kind, int stream,
                                               const std::vector<ProgramOp>& ops) {
-  if (bytes <= 0) return -1;
+  if (bytes <= 0) return kNoTensor;
   const Live live{bytes, kind, stream, true};
   tensors_.push_back(live);
   const auto tensor = static_cast<Tensor>(tensors_.size()) - 1;

@@ -21,6 +21,7 @@ class MemoryTracker {
  public:
   enum class Kind { other, activation, unsharded, gradient };
   using Tensor = int;
+  static constexpr Tensor kNoTensor = -1;  // what allocating 0 bytes gives; release ignores it
 
   void set_static(std::int64_t bytes) { static_bytes_ = bytes; }
   // A static tensor's storage in the history only (its bytes are in set_static's figure).
@@ -31,7 +32,6 @@ class MemoryTracker {
   void release(Tensor tensor, const std::vector<ProgramOp>& ops);
   void release_all(Kind kind, const std::vector<ProgramOp>& ops);  // zero_grad(set_to_none=True)
   void start_steady_state();                                       // peaks of the last iteration only
-  std::int64_t gradient_bytes() const { return grad_bytes_; }
   void fill(MemoryReport& report) const;
   std::vector<MemoryEvent> take_events() { return std::move(events_); }
 
@@ -109,7 +109,7 @@ class ProgramBuilder {
                                            OpRole role);
   // A tensor's storage, taken on `stream`'s allocator pool ("": the compute stream's) and given
   // back by release. A tensor of 0 bytes is no tensor: kNoTensor, which release ignores.
-  static constexpr MemoryTracker::Tensor kNoTensor = -1;
+  static constexpr MemoryTracker::Tensor kNoTensor = MemoryTracker::kNoTensor;
   MemoryTracker::Tensor allocate(std::int64_t bytes, MemoryTracker::Kind kind = MemoryTracker::Kind::other,
                                  const std::string& stream = "");
   void release(MemoryTracker::Tensor tensor);
