@@ -87,7 +87,7 @@ measured_on_one_gpu "$here/gpu/measured/h200" h200 H200
 
 # Reserved memory: PyTorch's caching allocator on the same H200 runs (gpu/measured/h200/memory/,
 # each run recorded with default and with expandable segments) against the reserved peaks the
-# planner's allocation history gives. Within 2 % (expandable) and 10 % (default) or the run fails
+# planner's allocation history gives. Within 1 % (expandable) and 1.5 % (default) or the run fails
 # (the ReservedPeak unit test checks the same).
 echo
 echo "## Reserved memory on one H200 (PyTorch's caching allocator, $here/gpu/measured/h200/memory/)"
@@ -107,7 +107,7 @@ for history in "$here"/gpu/measured/h200/memory/llama*_expandable.json.gz; do
     g = 1073741824; ed = (pd / rd - 1) * 100; ee = (pe / re - 1) * 100
     printf "| %d | %s | %.2f GiB | %.2f GiB | %+.1f %% | %.2f GiB | %.2f GiB | %+.1f %% |\n", l, a, rd / g, pd / g, ed,
       re / g, pe / g, ee
-    exit (ee > 2 || ee < -2 || ed > 10 || ed < -10) }' || status=1
+    exit (ee > 1 || ee < -1 || ed > 1.5 || ed < -1.5) }' || status=1
 done
 echo
 echo "Step time: the H100 runs simulate 0.4-2.8 % fast, the H200 runs 0.0 % to 2.6 % slow (the H200's"

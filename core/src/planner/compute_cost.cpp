@@ -132,10 +132,10 @@ void cross_entropy_cost(LeafCost& cost, const Activation& logits) {
   cost.backward_bytes = n * 4 + backward_passes * n * 4 + cast;
   cost.saved_parts = {n * 4, logits.tokens() * 8};  // log-probabilities, labels
   cost.saved_bytes = cost.saved_parts[0] + cost.saved_parts[1];
-  // Forward: the logits and their float32 copy, while log_softmax writes the log-probabilities
-  // it saves. Backward: NLL's float32 gradient and log_softmax's, which is cast back to the
-  // logits' dtype for the output layer's backward.
-  cost.forward_workspace = {n * d};
+  // Forward: the logits' float32 copy (the logits are the output layer's, held until the loss has
+  // read them), while log_softmax writes the log-probabilities it saves. Backward: NLL's float32
+  // gradient and log_softmax's, which is cast back to the logits' dtype for the output layer's
+  // backward.
   if (d != 4) cost.forward_workspace.push_back(n * 4);
   cost.backward_workspace = {n * 4, n * 4};
   if (d != 4) cost.backward_grad_input_bytes = n * d;

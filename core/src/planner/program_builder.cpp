@@ -65,6 +65,14 @@ void MemoryTracker::release(Tensor tensor, const std::vector<ProgramOp>& ops) {
   count(-live.bytes, live.kind, ops);
 }
 
+void MemoryTracker::reclassify(Tensor tensor, Kind kind, const std::vector<ProgramOp>& ops) {
+  if (tensor < 0 || tensor >= static_cast<Tensor>(tensors_.size()) || !tensors_[tensor].held) return;
+  Live& live = tensors_[tensor];
+  count(-live.bytes, live.kind, ops);
+  live.kind = kind;
+  count(live.bytes, kind, ops);
+}
+
 // Oldest first, as zero_grad walks the parameters.
 void MemoryTracker::release_all(Kind kind, const std::vector<ProgramOp>& ops) {
   for (Tensor tensor = 0; tensor < static_cast<Tensor>(tensors_.size()); ++tensor)
@@ -105,6 +113,10 @@ MemoryTracker::Tensor ProgramBuilder::allocate(std::int64_t bytes, MemoryTracker
 
 void ProgramBuilder::release(MemoryTracker::Tensor tensor) {
   if (tensor != kNoTensor) memory.release(tensor, result.program.ops);
+}
+
+void ProgramBuilder::reclassify(MemoryTracker::Tensor tensor, MemoryTracker::Kind kind) {
+  memory.reclassify(tensor, kind, result.program.ops);
 }
 
 void ProgramBuilder::record_static(std::int64_t bytes, const std::string& stream) {

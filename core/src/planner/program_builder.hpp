@@ -30,6 +30,8 @@ class MemoryTracker {
   // `peak_at` names the op that was last emitted when a new peak is reached.
   Tensor allocate(std::int64_t bytes, Kind kind, int stream, const std::vector<ProgramOp>& ops);
   void release(Tensor tensor, const std::vector<ProgramOp>& ops);
+  // A held tensor counted under another kind from now on (an op's output once backward saves it).
+  void reclassify(Tensor tensor, Kind kind, const std::vector<ProgramOp>& ops);
   void release_all(Kind kind, const std::vector<ProgramOp>& ops);  // zero_grad(set_to_none=True)
   void start_steady_state();                                       // peaks of the last iteration only
   void fill(MemoryReport& report) const;
@@ -113,6 +115,7 @@ class ProgramBuilder {
   MemoryTracker::Tensor allocate(std::int64_t bytes, MemoryTracker::Kind kind = MemoryTracker::Kind::other,
                                  const std::string& stream = "");
   void release(MemoryTracker::Tensor tensor);
+  void reclassify(MemoryTracker::Tensor tensor, MemoryTracker::Kind kind);
   // A static tensor (a parameter, an optimizer state, a bucket buffer) entering the history.
   void record_static(std::int64_t bytes, const std::string& stream = "");
   int memory_stream(const std::string& stream);

@@ -49,7 +49,7 @@ std::vector<std::int64_t> model_input_shape(const Plan& plan, const Model& model
 Walk::Walk(const Model& model, const Plan& plan, const PlanOptions& options)
     : context_(model, plan, options),
       builder_(context_),
-      saved_(builder_),
+      live_(builder_),
       tp_(context_, builder_, tape_),
       ddp_(context_, builder_),
       fsdp_(context_, builder_, tape_),
@@ -203,17 +203,16 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
   const Activation region_input = act;
   const std::size_t region_start = tape_.size();
   const int region_first_tensor = context_.next_tensor;
-  std::int64_t region_saved = 0;
-  MemoryTracker::Tensor region_storage = ProgramBuilder::kNoTensor;
+  std::vector<SavedRef> region_inputs;
   // A region starts its own count of kept matmuls; the enclosing walk's resumes after it.
   const SelectiveRegion outer_selective = selective_;
   if (region) {
     selective_ = {context_.selective[m], 0};
-    // checkpoint(use_reentrant=False): only the region's input is saved; the inside is recomputed
-    // when backward first unpacks one of its tensors.
-    region_saved = act.bytes();
-    for (const Activation& tensor : side) region_saved += tensor.bytes();  // attention's k and v
-    region_storage = builder_.allocate(region_saved, MemoryTracker::Kind::activation);
+    // checkpoint(use_reentrant=False): only the region's inputs are saved (attention's k and v
+    // too); the inside is recomputed when backward first unpacks one of its tensors.
+    region_inputs.emplace_back(act);
+    for (const Activation& tensor : side) region_inputs.emplace_back(tensor);
+    for (const SavedRef& tensor : region_inputs) live_.save(tensor);
     region_saves_ = 0;
     last_saving_entry_ = 0;
   }
@@ -231,18 +230,21 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
     // unpacks a saved tensor and triggers the recomputation, so FSDP's recomputed pre-forward
     // finds them in BACKWARD_PRE and gathers nothing.
     std::vector<Activation> side_inputs(side.begin(), side.end());
-    auto replay_region = [this, m, region_input, region_storage, region_first_tensor, side_inputs, region_saves]() {
+    auto replay_region = [this, m, region_input, region_inputs, region_first_tensor, side_inputs, region_saves]() {
       Activation replay = region_input;
       // The recomputation recreates the region's tensors under their first-pass ids, which the
       // backward entries recorded then will release.
       const int resume = std::exchange(context_.next_tensor, region_first_tensor);
       const SelectiveRegion outer = std::exchange(selective_, {context_.selective[m], 0});
       recompute_ = {region_saves, 0, region_saves == 0};
+      // What the recomputation makes and nothing saves is freed as it goes; its result too.
+      const std::size_t mark = live_.made_mark();
       run_module_body(m, replay, Mode::replay, side_inputs, context_.region_inside_hooks[m]);
+      for (int id : live_.claim_made(mark)) live_.drop(id);
       recompute_ = {};
       selective_ = outer;
       context_.next_tensor = resume;
-      builder_.release(region_storage);
+      for (const SavedRef& tensor : region_inputs) live_.release(tensor);
     };
     // The recomputation runs when backward first unpacks a saved tensor of the region: entries
     // pushed after the region's last one that reads saved tensors (a tensor-parallel output's
@@ -257,6 +259,7 @@ void Walk::cast_activation(Activation& act, std::optional<DType> dtype) {
   if (!dtype || act.dtype == *dtype) return;
   act.dtype = *dtype;
   act.id = context_.fresh_tensor();
+  live_.make(act.id, act.bytes());
 }
 
 void Walk::run_module_body(int m, Activation& act, Mode mode, std::span<const Activation> side, bool without_hooks) {
@@ -284,8 +287,13 @@ void Walk::run_forward_steps(int m, Activation& act, Mode mode) {
   std::vector<Activation> slots(module.tensors.size());
   slots[0] = act;
   sum_branch_grads(m, 0, slots[0], module.input_uses, mode);
+  HeldLocals locals;
+  std::vector<int> read;
   for (const ForwardStep& step : module.forward) {
     if (mode == Mode::replay && recompute_.stopped) break;
+    read.clear();
+    for (int slot : step.inputs) read.push_back(slots[slot].id);
+    const std::size_t mark = live_.made_mark();
     if (step.kind == ForwardStep::Kind::join) {
       slots[step.output] = forward_join(m, step, slots, mode);
     } else {
@@ -298,9 +306,32 @@ void Walk::run_forward_steps(int m, Activation& act, Mode mode) {
       else forward_param_matmul(step.index, out, mode);
       slots[step.output] = std::move(out);
     }
+    claim_step_output(locals, mark, slots[step.output].id, step.output_uses);
+    for (int id : read) release_read(locals, id);
     sum_branch_grads(m, step.output, slots[step.output], step.output_uses, mode);
   }
   act = slots[module.result];
+  // The result passes to the caller (its last use is the caller's); the rest is let go.
+  for (const auto& [id, uses] : locals)
+    if (id == act.id) live_.hand_on(id);
+    else live_.drop(id);
+}
+
+// What the step made: its output is held for its `uses` readers, anything else it made on the
+// way (a cast copy, the output a redistribution replaced) is let go now unless saved.
+void Walk::claim_step_output(HeldLocals& locals, std::size_t mark, int output, int uses) {
+  for (int id : live_.claim_made(mark))
+    if (id == output && uses > 0) locals.emplace_back(id, uses);
+    else live_.drop(id);
+}
+
+// A step read `id`: after its last reader the container lets it go (a Python local no line after
+// reads is freed as the frame rebinds or returns).
+void Walk::release_read(HeldLocals& locals, int id) {
+  const auto it = std::find_if(locals.begin(), locals.end(), [id](const auto& local) { return local.first == id; });
+  if (it == locals.end() || --it->second > 0) return;
+  live_.drop(id);
+  locals.erase(it);
 }
 
 // Autograd accumulates the gradients of a tensor read by `uses` ops into one buffer before its
@@ -342,12 +373,13 @@ Activation Walk::forward_join(int m, const ForwardStep& step, const std::vector<
       fmt::format("{}.{}.{}", context_.label(m), join_kind_name(step.join), module.tensors[step.output]);
   const std::string name = base + (phase == Phase::recompute ? ".recompute" : ".forward");
   builder_.compute(name, m, phase, "elementwise", cost.forward_flops, cost.forward_bytes, {}, OpRole::none);
+  live_.make(out.id, out.bytes());
   // mul saves its inputs only when its output needs a gradient; then backward releases them.
   std::vector<SavedRef> saved;
   if (cost.saves_inputs && out.requires_grad)
     for (int slot : step.inputs) saved.emplace_back(slots[slot]);
   if (mode != Mode::checkpointed)
-    for (const SavedRef& tensor : saved) saved_.save(tensor);
+    for (const SavedRef& tensor : saved) live_.save(tensor);
   saved_point(mode, !saved.empty());
   if (mode == Mode::replay || !out.requires_grad) return out;
   const std::string backward = base + ".backward";
@@ -356,7 +388,7 @@ Activation Walk::forward_join(int m, const ForwardStep& step, const std::vector<
     if (cost.backward_bytes > 0)
       builder_.compute(backward, m, Phase::backward, "elementwise", cost.backward_flops, cost.backward_bytes, {},
                        OpRole::none);
-    for (const SavedRef& tensor : saved) saved_.release(tensor);
+    for (const SavedRef& tensor : saved) live_.release(tensor);
   });
   return out;
 }
@@ -407,12 +439,19 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
   const bool kept = keeps_output(module, mode);
   Activation output = input;
   output.shape.back() = out_local;
+  if (module.leaf == LeafKind::cross_entropy) {  // the mean, a float32 scalar
+    output.shape = {1};
+    output.dtype = DType::float32;
+  }
   output.id = context_.fresh_tensor();
   emit_kernels(m, phase, cost.forward_prologue);
   // The op's temporaries and what it saves of its own are taken before the extra kernels run
   // (peak_at names this op); the temporaries are given back after them.
+  // The output is written after them; a cached output is the first pass's tensor, handed back.
+  const bool runs = !(kept && mode == Mode::replay);
   std::vector<MemoryTracker::Tensor> temporaries;
-  if (!(kept && mode == Mode::replay)) {
+  if (runs) {
+    if (input.id != act.id) live_.make(input.id, input.bytes());  // the cast copy it reads
     const int forward = builder_.compute(fmt::format("{}.{}", label, suffix), m, phase, cost.op_class,
                                          cost.forward_flops, cost.forward_bytes, deps, OpRole::leaf);
     builder_.set_gemms(forward, cost.forward_gemms);
@@ -421,9 +460,12 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
   if (mode != Mode::checkpointed)
     for (std::int64_t bytes : cost.saved_parts.empty() ? std::vector{cost.saved_bytes} : cost.saved_parts)
       own_saved_[output.id].push_back(builder_.allocate(bytes, MemoryTracker::Kind::activation));
-  if (!(kept && mode == Mode::replay)) {
+  if (runs) {
+    live_.make(output.id, output.bytes());
     emit_kernels(m, phase, cost.forward_extra);
     release_temporaries(temporaries);
+  } else if (kept_outputs_.erase(output.id) > 0) {
+    live_.hand_on(output.id);  // the cache's reference passes to the recomputation
   }
 
   const bool had_grad = act.requires_grad;
@@ -431,8 +473,7 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
   for (int p : module.params) own_grad = own_grad || context_.model.params[p].requires_grad;
   output.requires_grad = (module.leaf == LeafKind::embedding ? false : had_grad) || own_grad;
   // The kept output is cached from the first pass until the recomputation takes it back.
-  if (kept && mode == Mode::replay) release_held(kept_outputs_, output.id);
-  else if (kept) kept_outputs_[output.id] = {builder_.allocate(output.bytes(), MemoryTracker::Kind::activation)};
+  if (kept && runs && live_.keep(output.id)) kept_outputs_.insert(output.id);
 
   // What backward will read: shared tensors are held once (SavedTensors), the rest is the leaf's.
   std::vector<SavedRef> saved;
@@ -441,7 +482,7 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
   if (cost.saves_kv)
     for (const Activation& tensor : side) saved.emplace_back(tensor);
   if (mode != Mode::checkpointed)
-    for (const SavedRef& tensor : saved) saved_.save(tensor);
+    for (const SavedRef& tensor : saved) live_.save(tensor);
   saved_point(mode, !saved.empty() || cost.saved_bytes > 0);
   act = output;
   if (mode == Mode::replay) return;
@@ -460,7 +501,7 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
     std::vector<MemoryTracker::Tensor> temporaries = allocate_temporaries(cost.backward_workspace);
     emit_kernels(m, Phase::backward, cost.backward_extra);
     release_held(own_saved_, output_id);
-    for (const SavedRef& tensor : saved) saved_.release(tensor);
+    for (const SavedRef& tensor : saved) live_.release(tensor);
     // The temporaries go back the first taken first; the gradient handed on is made from the last.
     const MemoryTracker::Tensor last = temporaries.empty() ? ProgramBuilder::kNoTensor : temporaries.back();
     if (!temporaries.empty()) temporaries.pop_back();
@@ -534,7 +575,7 @@ void Walk::forward_param_matmul(int p, Activation& act, Mode mode) {
   } else {
     flops = static_cast<double>(t) * state.local_numel;
   }
-  const std::int64_t saved = t * act.features() * d;
+  const SavedRef saved(act);  // mm saves its input for the weight's gradient
   std::vector<int> deps;
   if (const int gather = gather_op(p); gather >= 0) deps.push_back(gather);
   const std::string base = fmt::format("{}.mm", param.fqn);
@@ -545,21 +586,22 @@ void Walk::forward_param_matmul(int p, Activation& act, Mode mode) {
   const std::int64_t in_width = is_matrix ? state.local_shape[0] : 0;
   if (is_matrix) builder_.set_gemms(forward, linear_forward_gemms(t, in_width, out));
   const int output_id = context_.fresh_tensor();
-  if (mode != Mode::checkpointed) own_saved_[output_id] = {builder_.allocate(saved, MemoryTracker::Kind::activation)};
-  saved_point(mode, saved > 0);
+  if (mode != Mode::checkpointed) live_.save(saved);
+  saved_point(mode, saved.bytes > 0);
   const bool input_grad = act.requires_grad;
   act.shape.back() = out;
   act.requires_grad = true;
   act.id = output_id;
+  live_.make(output_id, act.bytes());
   if (mode == Mode::replay) return;
-  if (saved > 0) last_saving_entry_ = tape_.size() + 1;
-  tape_.push([this, p, m, flops, input_grad, base, is_matrix, t, in_width, out, output_id]() {
+  if (saved.bytes > 0) last_saving_entry_ = tape_.size() + 1;
+  tape_.push([this, p, m, flops, input_grad, base, is_matrix, t, in_width, out, saved]() {
     std::vector<int> now;
     if (const int gather = gather_op(p); gather >= 0) now.push_back(gather);
     const int op = builder_.compute(base + ".backward", m, Phase::backward, "gemm", flops * (input_grad ? 2 : 1), 0,
                                     now, OpRole::param_matmul, {context_.model.params[p].fqn});
     if (is_matrix) builder_.set_gemms(op, linear_backward_gemms(t, in_width, out, input_grad));
-    release_held(own_saved_, output_id);
+    live_.release(saved);
     grad_ready(p, op);
     builder_.release(std::exchange(pending_grad_input_, ProgramBuilder::kNoTensor));
   });
@@ -782,7 +824,7 @@ void Walk::run_iteration() {
   builder_.begin_iteration(context_.iteration, context_.sync);
   if (context_.iteration == 1 && context_.plan.torch_version.tp_distributes_from_rank0()) tp_.emit_distribution();
   tape_.clear();
-  saved_.clear();
+  live_.clear();
   fsdp_.begin_iteration();
   fsdp2_.begin_iteration();
   tp_.begin_iteration();
@@ -792,10 +834,13 @@ void Walk::run_iteration() {
   act.requires_grad = plan.input_requires_grad;
   act.id = context_.fresh_tensor();  // the model input: ops that save it share it
   act.shape = model_input_shape(plan, model);
+  const std::size_t mark = live_.made_mark();
   forward_module(0, act, Mode::normal);
+  const std::vector<int> outputs = live_.claim_made(mark);  // the loss: held through backward
   context_.first_iteration_done = true;
 
   tape_.run_backward();
+  for (int id : outputs) live_.drop(id);
   fsdp2_.end_backward();
   ddp_.end_backward();
   if (context_.sync) optimizer_step();

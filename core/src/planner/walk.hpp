@@ -8,6 +8,8 @@
 
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "backward_tape.hpp"
@@ -17,8 +19,8 @@
 #include "fsdp.hpp"
 #include "fsdp2.hpp"
 
+#include "live_tensors.hpp"
 #include "program_builder.hpp"
-#include "saved_tensors.hpp"
 #include "tensor_parallel.hpp"
 
 namespace stratsim::core::planner {
@@ -48,6 +50,11 @@ class Walk {
   // `without_hooks`: the module's parallelize_module hooks run outside (composable checkpoint()).
   void run_module_body(int m, Activation& act, Mode mode, std::span<const Activation> side, bool without_hooks = false);
   void run_forward_steps(int m, Activation& act, Mode mode);
+  // The tensors a container's forward holds (it made them) and the reads left of each, in the
+  // order it made them; the input is its caller's.
+  using HeldLocals = std::vector<std::pair<int, int>>;
+  void claim_step_output(HeldLocals& locals, std::size_t mark, int output, int uses);
+  void release_read(HeldLocals& locals, int id);
   void sum_branch_grads(int m, int slot, const Activation& tensor, int uses, Mode mode);
   Activation forward_join(int m, const ForwardStep& step, const std::vector<Activation>& slots, Mode mode);
   void forward_leaf(int m, Activation& act, Mode mode, std::span<const Activation> side);
@@ -66,7 +73,7 @@ class Walk {
   PlanContext context_;
   ProgramBuilder builder_;
   BackwardTape tape_;
-  SavedTensors saved_;
+  LiveTensors live_;
   TensorParallel tp_;
   DataParallel ddp_;
   FullyShard fsdp_;
@@ -91,11 +98,13 @@ class Walk {
   // goes there: autograd recomputes when such an entry first unpacks one).
   std::size_t last_saving_entry_ = 0;
   void saved_point(Mode mode, bool saves);
-  // Storage held under an op's output tensor id, which a recomputation recreates: outputs kept by
-  // selective checkpointing until the recomputation takes them back, and what a leaf or a
-  // parameter matmul saves for its backward beyond the SavedTensors (attention's statistics).
+  // Storage held under an op's output tensor id, which a recomputation recreates: what a leaf
+  // saves for its backward beyond the tensors it reads or writes (attention's statistics).
   using HeldByTensor = std::unordered_map<int, std::vector<MemoryTracker::Tensor>>;
-  HeldByTensor kept_outputs_, own_saved_;
+  HeldByTensor own_saved_;
+  // Outputs selective checkpointing caches from the first pass (a reference each in live_) until
+  // the recomputation takes them back.
+  std::unordered_set<int> kept_outputs_;
   // The gradient the last backward handed on as a tensor of its own (LeafCost::
   // backward_grad_input_bytes), given back once the next backward leaf has run.
   MemoryTracker::Tensor pending_grad_input_ = ProgramBuilder::kNoTensor;

@@ -1,0 +1,124 @@
+// Activation storage, alive as long as PyTorch keeps it: a tensor an op writes is held by the
+// forward that made it until its last reader there has run (a container's named tensor, as a
+// Python local; what a container returns passes to its caller), by every backward node that saved
+// it (q, k and v's shared input is saved by all three projections but held once), and by
+// selective checkpointing's cache. The storage is freed when the last of them lets go, so an
+// output nothing saves (SwiGLU's intermediates inside a checkpointed block) is allocated and
+// freed around its readers, as the caching allocator sees it. A tensor saved without having been
+// made here (the model input, a collective's output) gets storage of its own at its first save.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "context.hpp"
+#include "program_builder.hpp"
+
+namespace stratsim::core::planner {
+
+// A saved tensor as backward needs to know it: which storage, how big (what a tape entry keeps).
+struct SavedRef {
+  int id = -1;
+  std::int64_t bytes = 0;
+  explicit SavedRef(const Activation& tensor) : id(tensor.id), bytes(tensor.bytes()) {}
+};
+
+class LiveTensors {
+ public:
+  explicit LiveTensors(ProgramBuilder& builder) : builder_(builder) {}
+
+  // A tensor an op writes: its storage, with one reference, pending until the forward running
+  // the op claims it (claim_made). Counted as an activation once something saves it.
+  void make(int id, std::int64_t bytes) {
+    if (id < 0 || bytes <= 0) return;
+    Held& held = held_[id];
+    if (held.refs++ == 0) {
+      held.bytes = bytes;
+      held.storage = builder_.allocate(bytes);
+    }
+    made_.push_back(id);
+  }
+  // A reference passed on as if just made: a container's result to its caller, a cached output
+  // to the recomputation that reuses it.
+  void hand_on(int id) {
+    if (held_.count(id) > 0) made_.push_back(id);
+  }
+  // Where the pending list stands now; claim_made takes what was made after it, oldest first.
+  std::size_t made_mark() const { return made_.size(); }
+  std::vector<int> claim_made(std::size_t mark) {
+    std::vector<int> made(made_.begin() + static_cast<std::ptrdiff_t>(mark), made_.end());
+    made_.resize(mark);
+    return made;
+  }
+
+  // Another reference for selective checkpointing's cache, which keeps the output as an
+  // activation; false if the tensor is not held here.
+  bool keep(int id) {
+    const auto it = held_.find(id);
+    if (it == held_.end()) return false;
+    ++it->second.refs;
+    count_as_activation(it->second);
+    return true;
+  }
+  void drop(int id) {
+    const auto it = held_.find(id);
+    if (it == held_.end()) return;
+    if (--it->second.refs == 0) {
+      builder_.release(it->second.storage);
+      held_.erase(it);
+    }
+  }
+
+  void save(const SavedRef& tensor) {
+    if (tensor.id < 0) {  // a tensor of no identity: held as its own storage
+      anonymous_.emplace(tensor.bytes, builder_.allocate(tensor.bytes, MemoryTracker::Kind::activation));
+      return;
+    }
+    Held& held = held_[tensor.id];
+    if (held.refs++ == 0) {
+      held.bytes = tensor.bytes;
+      held.storage = builder_.allocate(held.bytes, MemoryTracker::Kind::activation);
+      held.activation = true;
+    }
+    count_as_activation(held);
+  }
+
+  void release(const SavedRef& tensor) {
+    if (tensor.id < 0) {
+      const auto it = anonymous_.find(tensor.bytes);
+      if (it == anonymous_.end()) return;
+      builder_.release(it->second);
+      anonymous_.erase(it);
+      return;
+    }
+    drop(tensor.id);
+  }
+
+  // Between iterations: by then every reference has been let go (the memory history tests check
+  // that a steady iteration gives back all it takes).
+  void clear() {
+    held_.clear();
+    anonymous_.clear();
+    made_.clear();
+  }
+
+ private:
+  struct Held {
+    int refs = 0;
+    std::int64_t bytes = 0;
+    MemoryTracker::Tensor storage = ProgramBuilder::kNoTensor;
+    bool activation = false;  // saved or cached: the report's activations count it
+  };
+  void count_as_activation(Held& held) {
+    if (held.activation) return;
+    builder_.reclassify(held.storage, MemoryTracker::Kind::activation);
+    held.activation = true;
+  }
+  ProgramBuilder& builder_;
+  std::unordered_map<int, Held> held_;
+  std::unordered_multimap<std::int64_t, MemoryTracker::Tensor> anonymous_;  // by size
+  std::vector<int> made_;                                                   // made, not yet claimed
+};
+
+}  // namespace stratsim::core::planner
