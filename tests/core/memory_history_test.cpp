@@ -110,7 +110,8 @@ TEST(MemoryHistory, ASteadyIterationGivesBackEverythingItTakes) {
 // An op's output is taken when the op writes it and given back after its last reader, unless
 // backward saved it. In a fully checkpointed block's first pass nothing is saved, so SwiGLU's four
 // t x ffn tensors (w1's and w3's outputs, silu's, their product) come and go within the forward,
-// as the recorded allocator histories show; the recomputation saves all four for backward.
+// as the recorded allocator histories show; the recomputation saves all four for backward, and
+// backward makes a gradient for each.
 TEST(MemoryHistory, AnOutputNothingSavesIsGivenBackAfterItsLastReader) {
   const PlanResult result = run_plan(llama(1), fsdp2_plan(1, "full"), 0, 2);
   const std::int64_t swiglu = 2LL * 8192 * 14336 * 2;  // batch 2 x 8,192 tokens x ffn, bfloat16
@@ -122,7 +123,47 @@ TEST(MemoryHistory, AnOutputNothingSavesIsGivenBackAfterItsLastReader) {
   EXPECT_EQ((events[{Phase::forward, false}]), 4) << "nothing saves them there";
   EXPECT_EQ((events[{Phase::recompute, true}]), 4) << "the recomputation makes them again";
   EXPECT_EQ((events[{Phase::recompute, false}]), 0) << "and saves them";
-  EXPECT_EQ((events[{Phase::backward, false}]), 4) << "until the feed-forward's backward";
+  // Backward writes their gradients (w2's input gradient, mul's two, silu's) and frees each once
+  // the op that wrote the tensor has run its backward, with the four saved tensors.
+  EXPECT_EQ((events[{Phase::backward, true}]), 4) << "the four gradients";
+  EXPECT_EQ((events[{Phase::backward, false}]), 8) << "the four saved tensors and their gradients";
+}
+
+// Activation gradients, on z = d(b(h) + c(h)) with h = a(x): d's backward writes y's gradient
+// (48 B), which the add hands to p and q as it is (one storage, no copy); c's backward writes h's
+// (64 B); b's writes another, summed into it and freed, and its backward lets y's gradient go;
+// a's backward reads h's gradient and lets it go. x needs no gradient.
+TEST(MemoryHistory, ActivationGradientsLiveFromTheirWriterToTheTensorsWriter) {
+  auto linear = [](const char* name, int in, int out) {
+    return nlohmann::json{
+        {"name", name}, {"type", "Linear"}, {"in_features", in}, {"out_features", out}, {"bias", false}};
+  };
+  auto call = [](const char* child, const char* in, const char* out) {
+    return nlohmann::json{{"call", child}, {"in", in}, {"out", out}};
+  };
+  const nlohmann::json doc = {{"name", "Diamond"},
+                              {"modules", {linear("a", 4, 8), linear("b", 8, 6), linear("c", 8, 6), linear("d", 6, 4)}},
+                              {"forward",
+                               {call("a", "x", "h"), call("b", "h", "p"), call("c", "h", "q"),
+                                nlohmann::json{{"op", "add"}, {"in", {"p", "q"}}, {"out", "y"}}, call("d", "y", "z")}}};
+  const PlanResult result = run_plan(model_from_json(doc), R"({"world_size": 1, "batch_size": 2, "steps": []})", 0, 1);
+  std::vector<std::string> backward;  // "+48 d.backward": what backward took (+) and gave back (-)
+  for (const MemoryEvent& event : result.memory_events) {
+    const core::ProgramOp& op = result.program.ops[event.op];
+    if (op.phase == Phase::backward && (event.bytes == 48 || event.bytes == 64))
+      backward.push_back((event.allocate ? "+" : "-") + std::to_string(event.bytes) + " " + op.name);
+  }
+  const std::vector<std::string> expected = {
+      "+48 d.backward",  // y's gradient
+      "-48 d.backward",  // y, which d saved
+      "+64 c.backward",  // h's gradient
+      "+64 b.backward",  // b's part of it, summed in and freed
+      "-64 b.backward",  //
+      "-64 b.backward",  // h, which b and c saved
+      "-48 b.backward",  // y's gradient, read by both branches
+      "-64 a.backward",  // h's gradient
+  };
+  EXPECT_EQ(backward, expected);
 }
 
 // The history is the report's account tensor by tensor: its running sum over the last iteration

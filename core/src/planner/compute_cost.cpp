@@ -138,7 +138,6 @@ void cross_entropy_cost(LeafCost& cost, const Activation& logits) {
   // backward.
   if (d != 4) cost.forward_workspace.push_back(n * 4);
   cost.backward_workspace = {n * 4, n * 4};
-  if (d != 4) cost.backward_grad_input_bytes = n * d;
 }
 
 // torchtitan's (and Meta's llama) RMSNorm in eager mode: _norm(x.float()).type_as(x) * weight with

@@ -29,16 +29,11 @@ struct LeafCost {
   std::int64_t forward_bytes = 0, backward_bytes = 0;
   std::int64_t saved_bytes = 0;           // the leaf's own saved bytes
   std::vector<std::int64_t> saved_parts;  // the tensors they are, where more than one
-  // Temporaries alive while the op runs, beyond what it saves (its working copies and, in
-  // backward, the activation gradients it reads and writes); released when it ends.
-  // Tensors the op allocates while it runs (its working copies and, in backward, the gradients it
-  // reads and writes), in the order it takes them. Forward's are held until the op's own saved
-  // bytes are allocated; backward's until its saved tensors are released.
+  // Tensors the op allocates while it runs beyond its output, what it saves and the gradients it
+  // hands on (its working copies: the loss's float32 logits and gradients), in the order it takes
+  // them. Forward's are held until the op's own saved bytes are allocated; backward's until its
+  // saved tensors are released, the last until the input's gradient is made from it.
   std::vector<std::int64_t> forward_workspace, backward_workspace;
-  // A gradient backward hands to its input as a tensor of its own, made from the last backward
-  // temporary: held until the op before it has run its backward (the loss's, cast back to the
-  // logits' dtype, is as large as the logits).
-  std::int64_t backward_grad_input_bytes = 0;
   bool saves_input = false, saves_output = false, saves_kv = false;
   std::string op_class;
   std::vector<GemmShape> forward_gemms, backward_gemms;  // ProgramOp::gemms of the two ops

@@ -121,4 +121,72 @@ class LiveTensors {
   std::vector<int> made_;                                                   // made, not yet claimed
 };
 
+// Activation gradients in backward, by tensor: the backward of an op that read a tensor makes its
+// gradient, the backward of the op that wrote it reads it and lets it go (autograd's input buffer,
+// freed once its node has run). A second gradient for the same tensor (a branch) is summed into the
+// first and freed (accumulated in place: the buffer holds the only reference). An add hands its
+// output's gradient to its inputs as it is, one storage shared. A tensor a hook replaced (a cast,
+// a DTensor redistribution) shares the gradient of the one it replaced: the hook's own backward
+// copies are not counted.
+class ActivationGrads {
+ public:
+  explicit ActivationGrads(ProgramBuilder& builder) : builder_(builder) {}
+
+  // `derived` was made from `base` by a hook: their gradients are one.
+  void link(int derived, int base) {
+    if (derived >= 0 && base >= 0 && derived != base) links_[derived] = base;
+  }
+  bool has(int id) const { return of_.count(root(id)) > 0; }
+  void make(int id, std::int64_t bytes) {
+    if (id < 0 || bytes <= 0) return;
+    const MemoryTracker::Tensor tensor = builder_.allocate(bytes);
+    const int key = root(id);
+    if (of_.count(key) > 0) {  // summed into the gradient already there
+      builder_.release(tensor);
+      return;
+    }
+    of_[key] = storage_.size();
+    storage_.push_back({tensor, 1});
+  }
+  // An add's backward: `input` gets the gradient of `output`, the same storage.
+  void share(int output, int input) {
+    const auto it = of_.find(root(output));
+    if (it == of_.end() || input < 0 || of_.count(root(input)) > 0) return;
+    ++storage_[it->second].refs;
+    of_[root(input)] = it->second;
+  }
+  // The op that wrote `id` has run its backward.
+  void consume(int id) {
+    const auto it = of_.find(root(id));
+    if (it == of_.end()) return;
+    Storage& storage = storage_[it->second];
+    if (--storage.refs == 0) builder_.release(storage.tensor);
+    of_.erase(it);
+  }
+  // End of backward: a gradient no op read (the model input's) is freed, oldest first.
+  void clear() {
+    for (Storage& storage : storage_)
+      if (storage.refs > 0) builder_.release(storage.tensor);
+    storage_.clear();
+    of_.clear();
+    links_.clear();
+  }
+
+ private:
+  int root(int id) const {
+    std::size_t steps = 0;  // links point to older tensors; the bound only guards a cycle
+    for (auto it = links_.find(id); it != links_.end() && steps++ < links_.size(); it = links_.find(id))
+      id = it->second;
+    return id;
+  }
+  struct Storage {
+    MemoryTracker::Tensor tensor = ProgramBuilder::kNoTensor;
+    int refs = 0;
+  };
+  ProgramBuilder& builder_;
+  std::unordered_map<int, int> links_;       // derived -> base
+  std::unordered_map<int, std::size_t> of_;  // root tensor -> its gradient's storage
+  std::vector<Storage> storage_;
+};
+
 }  // namespace stratsim::core::planner

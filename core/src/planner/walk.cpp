@@ -50,6 +50,7 @@ Walk::Walk(const Model& model, const Plan& plan, const PlanOptions& options)
     : context_(model, plan, options),
       builder_(context_),
       live_(builder_),
+      grads_(builder_),
       tp_(context_, builder_, tape_),
       ddp_(context_, builder_),
       fsdp_(context_, builder_, tape_),
@@ -199,7 +200,11 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
   // The recomputation calls the module again on the input they made, a DTensor already in the
   // layout they want (the hooks run again but redistribute nothing), so the replay skips them.
   const bool hooks_outside = region && context_.region_inside_hooks[m];
-  if (hooks_outside) tp_.input_hook(m, act, mode);
+  if (hooks_outside) {
+    const int before = act.id;
+    tp_.input_hook(m, act, mode);
+    follow(before, act);
+  }
   const Activation region_input = act;
   const std::size_t region_start = tape_.size();
   const int region_first_tensor = context_.next_tensor;
@@ -218,7 +223,11 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
   }
   run_module_body(m, act, inner, side, hooks_outside);
   const int region_saves = region_saves_;
-  if (hooks_outside) tp_.output_hook(m, act, mode);
+  if (hooks_outside) {
+    const int before = act.id;
+    tp_.output_hook(m, act, mode);
+    follow(before, act);
+  }
   fsdp_.post_forward(m, mode);
   fsdp2_.post_forward(m, mode);
   cast_activation(act, fsdp2_.output_cast(m));
@@ -257,26 +266,34 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
 // gradient all-reduce, for one) has the new dtype.
 void Walk::cast_activation(Activation& act, std::optional<DType> dtype) {
   if (!dtype || act.dtype == *dtype) return;
+  const int before = act.id;
   act.dtype = *dtype;
   act.id = context_.fresh_tensor();
   live_.make(act.id, act.bytes());
+  follow(before, act);
 }
 
 void Walk::run_module_body(int m, Activation& act, Mode mode, std::span<const Activation> side, bool without_hooks) {
   const Module& module = context_.model.modules[m];
   if (mode == Mode::replay && recompute_.stopped) return;
+  int before = act.id;
   if (!without_hooks) tp_.input_hook(m, act, mode);
+  follow(before, act);
   if (module.leaf == LeafKind::container) {
     run_forward_steps(m, act, mode);
   } else if (act.dtensor) {
     const Activation input = act;
     forward_leaf(m, act, mode, side);
+    before = act.id;
     tp_.leaf_hook(m, input, act, mode);
+    follow(before, act);
   } else {
     forward_leaf(m, act, mode, side);
   }
   if (mode == Mode::replay && recompute_.stopped) return;
+  before = act.id;
   if (!without_hooks) tp_.output_hook(m, act, mode);
+  follow(before, act);
 }
 
 // A container's forward over its named tensors. A chain reads and writes slot 0 throughout; a
@@ -365,7 +382,9 @@ Activation Walk::forward_join(int m, const ForwardStep& step, const std::vector<
   out.id = context_.fresh_tensor();
   std::vector<const Activation*> inputs;
   for (int slot : step.inputs) inputs.push_back(&slots[slot]);
+  const int made = out.id;
   tp_.join_hook(m, inputs, out, mode);
+  follow(made, out);
   const JoinCost cost = join_cost(step.join, step.inputs.size(), product(out.shape), dtype_size(out.dtype));
   const Phase phase = phase_of(mode);
   // "layers.0.add.x.forward": the container, the join, the tensor it writes.
@@ -384,11 +403,21 @@ Activation Walk::forward_join(int m, const ForwardStep& step, const std::vector<
   if (mode == Mode::replay || !out.requires_grad) return out;
   const std::string backward = base + ".backward";
   if (!saved.empty()) last_saving_entry_ = tape_.size() + 1;
-  tape_.push([this, m, cost, saved, backward]() {
+  // add hands its output's gradient to each input as it is; mul and concat make one per input.
+  std::vector<GradInput> grads;
+  for (int slot : step.inputs)
+    if (slots[slot].requires_grad)
+      grads.push_back({slots[slot].id, step.join == JoinKind::concat ? slots[slot].bytes() : out.bytes()});
+  const bool shares = step.join == JoinKind::add;
+  tape_.push([this, m, cost, saved, backward, grads, shares, output = out.id]() {
     if (cost.backward_bytes > 0)
       builder_.compute(backward, m, Phase::backward, "elementwise", cost.backward_flops, cost.backward_bytes, {},
                        OpRole::none);
+    for (const GradInput& grad : grads)
+      if (shares) grads_.share(output, grad.id);
+      else grads_.make(grad.id, grad.bytes);
     for (const SavedRef& tensor : saved) live_.release(tensor);
+    grads_.consume(output);
   });
   return out;
 }
@@ -397,6 +426,8 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
   const Module& module = context_.model.modules[m];
   const Phase phase = phase_of(mode);
   std::int64_t in_local = act.features(), out_local = act.features(), kv_local = 0;
+  const int input_id = act.id;
+  const std::int64_t input_bytes = act.bytes();
   Activation input = act;
   // A leaf computes in its FSDP unit's param_dtype under mixed precision (inputs are cast on the
   // way in, a new tensor); its output has that dtype.
@@ -488,7 +519,15 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
   if (mode == Mode::replay) return;
 
   if (!saved.empty() || cost.saved_bytes > 0) last_saving_entry_ = tape_.size() + 1;
-  tape_.push([this, m, cost, saved, output_id = output.id]() {
+  // The gradients backward makes for what the leaf read (attention: q, k and v); an embedding's
+  // indices have none.
+  std::vector<GradInput> grads;
+  if (module.leaf != LeafKind::embedding) {
+    if (had_grad) grads.push_back({input_id, input_bytes});
+    for (const Activation& tensor : side)
+      if (tensor.requires_grad) grads.push_back({tensor.id, tensor.bytes()});
+  }
+  tape_.push([this, m, cost, saved, grads, output_id = output.id]() {
     const Module& mod = context_.model.modules[m];
     const std::string& name = context_.label(m);
     // Backward waits for the gather that is current now (pre-backward or prefetch), not the forward one.
@@ -500,18 +539,26 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
     builder_.set_gemms(op, cost.backward_gemms);
     std::vector<MemoryTracker::Tensor> temporaries = allocate_temporaries(cost.backward_workspace);
     emit_kernels(m, Phase::backward, cost.backward_extra);
+    const auto make_grads = [&]() {
+      for (const GradInput& grad : grads) grads_.make(grad.id, grad.bytes);
+    };
+    // The op writes its inputs' gradients before autograd frees what it saved, or, with
+    // temporaries (the loss), from the last of them (cast back to the input's dtype).
+    if (temporaries.empty()) make_grads();
     release_held(own_saved_, output_id);
     for (const SavedRef& tensor : saved) live_.release(tensor);
-    // The temporaries go back the first taken first; the gradient handed on is made from the last.
-    const MemoryTracker::Tensor last = temporaries.empty() ? ProgramBuilder::kNoTensor : temporaries.back();
-    if (!temporaries.empty()) temporaries.pop_back();
-    for (MemoryTracker::Tensor tensor : temporaries) builder_.release(tensor);
-    const MemoryTracker::Tensor grad_input = builder_.allocate(cost.backward_grad_input_bytes);
-    builder_.release(last);
+    // The temporaries go back the first taken first.
+    if (!temporaries.empty()) {
+      const MemoryTracker::Tensor last = temporaries.back();
+      temporaries.pop_back();
+      for (MemoryTracker::Tensor tensor : temporaries) builder_.release(tensor);
+      make_grads();
+      builder_.release(last);
+    }
     // AccumulateGrad order: autograd runs the bias's accumulation before the weight's (addmm feeds
     // bias directly, weight through TBackward), i.e. parameters in reverse registration order.
     for (auto it = mod.params.rbegin(); it != mod.params.rend(); ++it) grad_ready(*it, op);
-    builder_.release(std::exchange(pending_grad_input_, grad_input));
+    grads_.consume(output_id);  // its gradient, read
   });
 }
 
@@ -595,15 +642,16 @@ void Walk::forward_param_matmul(int p, Activation& act, Mode mode) {
   live_.make(output_id, act.bytes());
   if (mode == Mode::replay) return;
   if (saved.bytes > 0) last_saving_entry_ = tape_.size() + 1;
-  tape_.push([this, p, m, flops, input_grad, base, is_matrix, t, in_width, out, saved]() {
+  tape_.push([this, p, m, flops, input_grad, base, is_matrix, t, in_width, out, saved, output_id]() {
     std::vector<int> now;
     if (const int gather = gather_op(p); gather >= 0) now.push_back(gather);
     const int op = builder_.compute(base + ".backward", m, Phase::backward, "gemm", flops * (input_grad ? 2 : 1), 0,
                                     now, OpRole::param_matmul, {context_.model.params[p].fqn});
     if (is_matrix) builder_.set_gemms(op, linear_backward_gemms(t, in_width, out, input_grad));
+    if (input_grad) grads_.make(saved.id, saved.bytes);
     live_.release(saved);
     grad_ready(p, op);
-    builder_.release(std::exchange(pending_grad_input_, ProgramBuilder::kNoTensor));
+    grads_.consume(output_id);
   });
 }
 
@@ -840,6 +888,7 @@ void Walk::run_iteration() {
   context_.first_iteration_done = true;
 
   tape_.run_backward();
+  grads_.clear();
   for (int id : outputs) live_.drop(id);
   fsdp2_.end_backward();
   ddp_.end_backward();

@@ -74,6 +74,7 @@ class Walk {
   ProgramBuilder builder_;
   BackwardTape tape_;
   LiveTensors live_;
+  ActivationGrads grads_;
   TensorParallel tp_;
   DataParallel ddp_;
   FullyShard fsdp_;
@@ -105,9 +106,13 @@ class Walk {
   // Outputs selective checkpointing caches from the first pass (a reference each in live_) until
   // the recomputation takes them back.
   std::unordered_set<int> kept_outputs_;
-  // The gradient the last backward handed on as a tensor of its own (LeafCost::
-  // backward_grad_input_bytes), given back once the next backward leaf has run.
-  MemoryTracker::Tensor pending_grad_input_ = ProgramBuilder::kNoTensor;
+  // A hook gave `act` a new tensor (a cast, a redistribution): backward's gradient is the same one.
+  void follow(int before, const Activation& act) { grads_.link(act.id, before); }
+  // What a backward makes for the tensors its op read: their ids and bytes.
+  struct GradInput {
+    int id = -1;
+    std::int64_t bytes = 0;
+  };
   void release_held(HeldByTensor& held, int id) {
     const auto it = held.find(id);
     if (it == held.end()) return;
