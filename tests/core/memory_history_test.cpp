@@ -166,6 +166,35 @@ TEST(MemoryHistory, ActivationGradientsLiveFromTheirWriterToTheTensorsWriter) {
   EXPECT_EQ(backward, expected);
 }
 
+// A tensor-parallel collective writes a new tensor, held like any op's output: the seed FSDP + TP
+// plan's net1 input all-gather (4 x 10 float32, which net1 saves) and net2's output
+// reduce-scatter (2 x 10, the model's output, held until backward has run).
+TEST(MemoryHistory, ATensorParallelCollectivesOutputIsATensor) {
+  const PlanResult result = run_plan("zoo:TestModel", core::plan_document("builtin:fsdp-tp").dump(), 0, 1);
+  std::map<int, std::pair<std::string, std::string>> taken_and_given;  // tensor -> op names
+  std::map<int, std::int64_t> bytes;
+  for (const MemoryEvent& event : result.memory_events) {
+    const std::string op = event.op < 0 ? "" : result.program.ops[event.op].name;
+    if (event.allocate) taken_and_given[event.tensor].first = op;
+    else taken_and_given[event.tensor].second = op;
+    bytes[event.tensor] = event.bytes;
+  }
+  int gathered = 0, scattered = 0;
+  for (const auto& [tensor, ops] : taken_and_given) {
+    if (ops.first == "all_gather tp mlp.net1 input Shard(0)->Replicate()") {
+      ++gathered;
+      EXPECT_EQ(bytes[tensor], 4 * 10 * 4);
+      EXPECT_EQ(ops.second, "mlp.net1.backward") << "net1 saved it";
+    }
+    if (ops.first == "reduce_scatter tp mlp.net2 output Partial()->Shard(0)" && bytes[tensor] == 2 * 10 * 4) {
+      ++scattered;
+      EXPECT_EQ(ops.second, "reduce_scatter fsdp unit TestModel (post-backward)") << "held through backward";
+    }
+  }
+  EXPECT_EQ(gathered, 1);
+  EXPECT_EQ(scattered, 1);
+}
+
 // The history is the report's account tensor by tensor: its running sum over the last iteration
 // peaks at the report's (steady-state) peak, and the allocator replay allocates as much.
 TEST(MemoryHistory, ItsRunningSumPeaksAtTheReportsPeak) {

@@ -29,8 +29,8 @@ void reshape_after_redistribute(Activation& act, RedistributeOp op, Placement sr
 
 }  // namespace
 
-TensorParallel::TensorParallel(PlanContext& context, ProgramBuilder& builder, BackwardTape& tape)
-    : context_(context), builder_(builder), tape_(tape) {
+TensorParallel::TensorParallel(PlanContext& context, ProgramBuilder& builder, BackwardTape& tape, LiveTensors& live)
+    : context_(context), builder_(builder), tape_(tape), live_(live) {
   modules_.resize(context.model.modules.size());
   partial_grad_dims_.assign(context.model.params.size(), {});
 }
@@ -325,6 +325,7 @@ void TensorParallel::redistribute_dtensor(int m, Activation& act, Placement to, 
                fmt::format("tp {} {} {}->{}", context_.label(m), what, from.str(), to.str()));
   if (op != RedistributeOp::none) act.id = context_.fresh_tensor();
   reshape_after_redistribute(act, op, from, to, size);
+  if (op != RedistributeOp::none) live_.make(act.id, act.bytes());
   const int before = act.grad_node;
   act.dtensor = to;
   new_node(act);
@@ -416,6 +417,7 @@ void TensorParallel::styled_input(int m, Activation& act, Mode mode) {
     act.id = context_.fresh_tensor();  // a collective's output is a new tensor
   }
   reshape_after_redistribute(act, forward_op, src, dst, size);
+  if (forward_op != RedistributeOp::none) live_.make(act.id, act.bytes());
   const int input_node = act.grad_node;
   to_local(act);  // the layer computes on its local shards
   if (mode == Mode::replay || !act.requires_grad) return;
@@ -500,6 +502,7 @@ void TensorParallel::styled_output(int m, Activation& act, Mode mode) {
     act.id = context_.fresh_tensor();
   }
   reshape_after_redistribute(act, forward_op, local, target, size);
+  if (forward_op != RedistributeOp::none) live_.make(act.id, act.bytes());
   to_local(act);
   if (!tp.spec.local_output()) {
     act.dtensor = target;

@@ -16,13 +16,14 @@
 
 #include "backward_tape.hpp"
 #include "context.hpp"
+#include "live_tensors.hpp"
 #include "program_builder.hpp"
 
 namespace stratsim::core::planner {
 
 class TensorParallel {
  public:
-  TensorParallel(PlanContext& context, ProgramBuilder& builder, BackwardTape& tape);
+  TensorParallel(PlanContext& context, ProgramBuilder& builder, BackwardTape& tape, LiveTensors& live);
 
   void apply_parallelize(const ParallelizeStep& step, const PlanStep& where);
   void apply_distribute(const DistributeModuleStep& step, const PlanStep& where);
@@ -96,6 +97,7 @@ class TensorParallel {
   PlanContext& context_;
   ProgramBuilder& builder_;
   BackwardTape& tape_;
+  LiveTensors& live_;  // a collective's output is a tensor the walk holds like any op's
   std::vector<ModuleState> modules_;
   std::vector<std::vector<int>> partial_grad_dims_;  // per parameter: mesh dims of its Partial gradient
   std::vector<int> distributed_params_;              // in the order distribute_tensor reached them

@@ -51,7 +51,7 @@ Walk::Walk(const Model& model, const Plan& plan, const PlanOptions& options)
       builder_(context_),
       live_(builder_),
       grads_(builder_),
-      tp_(context_, builder_, tape_),
+      tp_(context_, builder_, tape_, live_),
       ddp_(context_, builder_),
       fsdp_(context_, builder_, tape_),
       fsdp2_(context_, builder_, tape_) {}
