@@ -149,6 +149,7 @@ TEST(MemoryHistory, ActivationGradientsLiveFromTheirWriterToTheTensorsWriter) {
   const PlanResult result = run_plan(model_from_json(doc), R"({"world_size": 1, "batch_size": 2, "steps": []})", 0, 1);
   std::vector<std::string> backward;  // "+48 d.backward": what backward took (+) and gave back (-)
   for (const MemoryEvent& event : result.memory_events) {
+    if (event.op < 0) continue;  // the parameters, before any op
     const core::ProgramOp& op = result.program.ops[event.op];
     if (op.phase == Phase::backward && (event.bytes == 48 || event.bytes == 64))
       backward.push_back((event.allocate ? "+" : "-") + std::to_string(event.bytes) + " " + op.name);

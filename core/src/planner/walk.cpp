@@ -506,7 +506,7 @@ void Walk::forward_leaf(int m, Activation& act, Mode mode, std::span<const Activ
   // The kept output is cached from the first pass until the recomputation takes it back.
   if (kept && runs && live_.keep(output.id)) kept_outputs_.insert(output.id);
 
-  // What backward will read: shared tensors are held once (SavedTensors), the rest is the leaf's.
+  // What backward will read: tensors held once however many ops save them (LiveTensors), the rest is the leaf's.
   std::vector<SavedRef> saved;
   if (cost.saves_input) saved.emplace_back(input);
   if (cost.saves_output) saved.emplace_back(output);
