@@ -111,9 +111,9 @@ struct MemoryReport {
   std::int64_t gradients = 0;   // resident gradients after backward
   std::int64_t optimizer_state = 0;
   std::int64_t ddp_bucket_buffers = 0;
-  std::int64_t activations = 0;            // peak saved activations (forward end)
+  std::int64_t activations = 0;            // peak saved (and checkpoint-cached) activations
   std::int64_t unsharded_params_peak = 0;  // FSDP unsharded flat parameters alive at once, peak
-  std::int64_t peak = 0;                   // peak of everything above over the step
+  std::int64_t peak = 0;  // peak over the step of the above, op outputs, activation gradients, temporaries
   std::string peak_at;                     // op name where the peak occurs
   // What PyTorch's caching allocator would reserve for the allocation history (memory_events)
   // with its default segments and with expandable_segments:True; 0 without a history.
