@@ -47,6 +47,7 @@ class LiveTensors {
   // Where the pending list stands now; claim_made takes what was made after it, oldest first.
   std::size_t made_mark() const { return made_.size(); }
   std::vector<int> claim_made(std::size_t mark) {
+    if (mark >= made_.size()) return {};  // nothing made since (marks nest, so never past the end)
     std::vector<int> made(made_.begin() + static_cast<std::ptrdiff_t>(mark), made_.end());
     made_.resize(mark);
     return made;
