@@ -143,6 +143,12 @@ std::string text_report(const Model& model, const Plan& plan, const PlanResult& 
   if (m.unsharded_params_peak)
     line(fmt::format("  unsharded FSDP params (peak) {}", format_bytes(m.unsharded_params_peak)));
   line(fmt::format("  peak                {} at {}", format_bytes(m.peak), m.peak_at));
+  const MemoryReport::AtPeak& at = m.at_peak;
+  line(
+      fmt::format("    held then: resident {}, activations {}, unsharded params {}, gradients {}, "
+                  "outputs and temporaries {}",
+                  human(at.resident), human(at.activations), human(at.unsharded_params), human(at.gradients),
+                  human(at.outputs_and_temporaries)));
   if (m.reserved_peak)
     line(fmt::format("  CUDA reserved (peak) {}; {} with expandable_segments", format_bytes(m.reserved_peak),
                      format_bytes(m.reserved_peak_expandable)));
@@ -244,6 +250,12 @@ nlohmann::json json_report(const Model& model, const Plan& plan, const PlanResul
                    {"unsharded_params_peak", m.unsharded_params_peak},
                    {"peak", m.peak},
                    {"peak_at", m.peak_at},
+                   {"at_peak",
+                    {{"resident", m.at_peak.resident},
+                     {"activations", m.at_peak.activations},
+                     {"unsharded_params", m.at_peak.unsharded_params},
+                     {"gradients", m.at_peak.gradients},
+                     {"outputs_and_temporaries", m.at_peak.outputs_and_temporaries}}},
                    {"reserved_peak", m.reserved_peak},
                    {"reserved_peak_expandable", m.reserved_peak_expandable},
                    {"device_memory", m.device_memory_bytes ? json(*m.device_memory_bytes) : json(nullptr)},

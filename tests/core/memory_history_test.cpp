@@ -208,6 +208,12 @@ TEST(MemoryHistory, ItsRunningSumPeaksAtTheReportsPeak) {
       if (event.iteration == 3) peak = std::max(peak, live);
     }
     EXPECT_EQ(peak, result.memory.peak) << c.name;
+    // What was held at the peak, by kind, is the whole peak.
+    const auto& at = result.memory.at_peak;
+    EXPECT_EQ(at.resident + at.activations + at.unsharded_params + at.gradients + at.outputs_and_temporaries,
+              result.memory.peak)
+        << c.name;
+    EXPECT_GE(at.outputs_and_temporaries, 0) << c.name;
     EXPECT_GE(result.memory.reserved_peak, result.memory.peak) << c.name;
     EXPECT_GE(result.memory.reserved_peak_expandable, result.memory.peak) << c.name;
   }

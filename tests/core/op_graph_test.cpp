@@ -310,6 +310,9 @@ TEST(OpGraph, TheLossBackwardHoldsTwoFloat32GradientsOverTheVocabulary) {
   const std::int64_t held = result.memory.parameters + result.memory.optimizer_state + result.memory.activations;
   const std::int64_t loss = 4;  // the mean, a float32 scalar, alive while backward runs
   EXPECT_EQ(result.memory.peak - held, 2 * t * vocab * 4 + loss);
+  // The report says so: at the peak, outputs and temporaries are those two and the loss.
+  EXPECT_EQ(result.memory.at_peak.outputs_and_temporaries, 2 * t * vocab * 4 + loss);
+  EXPECT_EQ(result.memory.at_peak.activations, result.memory.activations);
 }
 
 json attention_model(bool fused, double dropout) {

@@ -27,7 +27,16 @@ void MemoryTracker::count(std::int64_t delta, Kind kind, const std::vector<Progr
   if (static_bytes_ + dynamic_bytes_ > peak_) {
     peak_ = static_bytes_ + dynamic_bytes_;
     peak_at_ = ops.empty() ? "start" : fmt::format("iteration {} {}", ops.back().iteration, ops.back().name);
+    at_peak_ = held_now();
   }
+}
+
+MemoryReport::AtPeak MemoryTracker::held_now() const {
+  return {.resident = static_bytes_,
+          .activations = activation_bytes_,
+          .unsharded_params = unsharded_bytes_,
+          .gradients = grad_bytes_,
+          .outputs_and_temporaries = dynamic_bytes_ - activation_bytes_ - unsharded_bytes_ - grad_bytes_};
 }
 
 void MemoryTracker::record(bool allocate, Tensor tensor, const Live& live, const std::vector<ProgramOp>& ops) {
@@ -85,6 +94,7 @@ void MemoryTracker::start_steady_state() {
   unsharded_peak_ = unsharded_bytes_;
   grad_peak_ = grad_bytes_;
   peak_at_ = "iteration start";
+  at_peak_ = held_now();
 }
 
 void MemoryTracker::fill(MemoryReport& report) const {
@@ -93,6 +103,7 @@ void MemoryTracker::fill(MemoryReport& report) const {
   report.unsharded_params_peak = unsharded_peak_;
   report.peak = peak_;
   report.peak_at = peak_at_;
+  report.at_peak = at_peak_;
 }
 
 ProgramBuilder::ProgramBuilder(PlanContext& context) : context_(context) { result.memory_streams = {"compute"}; }

@@ -115,6 +115,13 @@ struct MemoryReport {
   std::int64_t unsharded_params_peak = 0;  // FSDP unsharded flat parameters alive at once, peak
   std::int64_t peak = 0;  // peak over the step of the above, op outputs, activation gradients, temporaries
   std::string peak_at;                     // op name where the peak occurs
+  // What the rank held when the peak was reached; the five sum to `peak`. Resident: parameters,
+  // optimizer state, bucket buffers. Outputs and temporaries: op outputs nothing saved yet,
+  // activation gradients, the ops' temporaries, FSDP's communication buffers.
+  struct AtPeak {
+    std::int64_t resident = 0, activations = 0, unsharded_params = 0, gradients = 0, outputs_and_temporaries = 0;
+  };
+  AtPeak at_peak;
   // What PyTorch's caching allocator would reserve for the allocation history (memory_events)
   // with its default segments and with expandable_segments:True; 0 without a history.
   std::int64_t reserved_peak = 0;
