@@ -33,10 +33,7 @@ class LiveTensors {
   void make(int id, std::int64_t bytes) {
     if (id < 0 || bytes <= 0) return;
     Held& held = held_[id];
-    if (held.refs++ == 0) {
-      held.bytes = bytes;
-      held.storage = builder_.allocate(bytes);
-    }
+    if (held.refs++ == 0) held.storage = builder_.allocate(bytes);
     made_.push_back(id);
   }
   // A reference passed on as if just made: a container's result to its caller, a cached output
@@ -78,8 +75,7 @@ class LiveTensors {
     }
     Held& held = held_[tensor.id];
     if (held.refs++ == 0) {
-      held.bytes = tensor.bytes;
-      held.storage = builder_.allocate(held.bytes, MemoryTracker::Kind::activation);
+      held.storage = builder_.allocate(tensor.bytes, MemoryTracker::Kind::activation);
       held.activation = true;
     }
     count_as_activation(held);
@@ -107,7 +103,6 @@ class LiveTensors {
  private:
   struct Held {
     int refs = 0;
-    std::int64_t bytes = 0;
     MemoryTracker::Tensor storage = ProgramBuilder::kNoTensor;
     bool activation = false;  // saved or cached: the report's activations count it
   };
@@ -137,7 +132,6 @@ class ActivationGrads {
   void link(int derived, int base) {
     if (derived >= 0 && base >= 0 && derived != base) links_[derived] = base;
   }
-  bool has(int id) const { return of_.count(root(id)) > 0; }
   void make(int id, std::int64_t bytes) {
     if (id < 0 || bytes <= 0) return;
     const MemoryTracker::Tensor tensor = builder_.allocate(bytes);

@@ -66,20 +66,25 @@ MemoryTracker::Tensor MemoryTracker::allocate(std::int64_t bytes, Kind kind, int
   return tensor;
 }
 
+MemoryTracker::Live* MemoryTracker::held(Tensor tensor) {
+  if (tensor < 0 || tensor >= static_cast<Tensor>(tensors_.size()) || !tensors_[tensor].held) return nullptr;
+  return &tensors_[tensor];
+}
+
 void MemoryTracker::release(Tensor tensor, const std::vector<ProgramOp>& ops) {
-  if (tensor < 0 || tensor >= static_cast<Tensor>(tensors_.size()) || !tensors_[tensor].held) return;
-  Live& live = tensors_[tensor];
-  live.held = false;
-  record(false, tensor, live, ops);
-  count(-live.bytes, live.kind, ops);
+  Live* live = held(tensor);
+  if (!live) return;
+  live->held = false;
+  record(false, tensor, *live, ops);
+  count(-live->bytes, live->kind, ops);
 }
 
 void MemoryTracker::reclassify(Tensor tensor, Kind kind, const std::vector<ProgramOp>& ops) {
-  if (tensor < 0 || tensor >= static_cast<Tensor>(tensors_.size()) || !tensors_[tensor].held) return;
-  Live& live = tensors_[tensor];
-  count(-live.bytes, live.kind, ops);
-  live.kind = kind;
-  count(live.bytes, kind, ops);
+  Live* live = held(tensor);
+  if (!live) return;
+  count(-live->bytes, live->kind, ops);
+  live->kind = kind;
+  count(live->bytes, kind, ops);
 }
 
 // Oldest first, as zero_grad walks the parameters.

@@ -46,12 +46,13 @@ class MemoryTracker {
   };
   void count(std::int64_t delta, Kind kind, const std::vector<ProgramOp>& ops);
   void record(bool allocate, Tensor tensor, const Live& live, const std::vector<ProgramOp>& ops);
+  Live* held(Tensor tensor);              // nullptr unless taken and not given back
+  MemoryReport::AtPeak held_now() const;  // what is held now, by kind
 
   std::int64_t static_bytes_ = 0, dynamic_bytes_ = 0, activation_bytes_ = 0, unsharded_bytes_ = 0, grad_bytes_ = 0;
   std::int64_t peak_ = 0, activation_peak_ = 0, unsharded_peak_ = 0, grad_peak_ = 0;
   std::string peak_at_;
   MemoryReport::AtPeak at_peak_;
-  MemoryReport::AtPeak held_now() const;
   std::vector<Live> tensors_;  // by Tensor (ids are dense): every tensor taken, and whether it is held
   std::vector<MemoryEvent> events_;
   int iteration_ = 0;
