@@ -18,6 +18,9 @@
 # (GLOO_ACCURACY_RUNS=1: 80 s). The model is zoo:Net:dim=1024 (four 1024 x
 # 1024 Linears) at batch 32 per rank: GEMMs of milliseconds, 16 MiB of gradients. Exit status 0
 # only when every row has its median step error within 10 % and its collective time within 20 %.
+# GLOO_ACCURACY_KEEP=DIR keeps each measured run there as PLAN-RANKS-runR.json;
+# GLOO_ACCURACY_FROM=DIR takes the runs from such a folder instead of measuring: runs made on
+# another host (with the platform calibrated there), simulated again on other platforms or models.
 set -euo pipefail
 build=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +28,7 @@ stratsim=$(cd "$build" && pwd)/stratsim
 work=$(mktemp -d /tmp/stratsim-gloo-accuracy.XXXXXX)
 trap 'rm -rf "$work"' EXIT INT TERM
 platforms=("${@:2}")
+[[ -z ${GLOO_ACCURACY_KEEP:-} ]] || mkdir -p "$GLOO_ACCURACY_KEEP"
 if ((${#platforms[@]} == 0)); then
   platforms=("$work/calibrated.yaml")
   "$stratsim" calibrate --quiet -o "${platforms[0]}" >&2
@@ -82,7 +86,12 @@ for template in "$here"/gloo/*.yaml; do
     plan=$work/$name-$ranks.yaml
     sed -e "s/__WORLD__/$ranks/" -e "s/__REPLICAS__/$((ranks / 2))/" "$template" > "$plan"
     for ((r = 1; r <= runs; r++)); do
+      if [[ -n ${GLOO_ACCURACY_FROM:-} ]]; then
+        cp "$GLOO_ACCURACY_FROM/$name-$ranks-run$r.json" "$work/run$r.json"
+        continue
+      fi
       "$stratsim" run --quiet --model "$model" --plan "$plan" --iterations "$iterations" --json -o "$work/run$r.json"
+      [[ -z ${GLOO_ACCURACY_KEEP:-} ]] || cp "$work/run$r.json" "$GLOO_ACCURACY_KEEP/$name-$ranks-run$r.json"
     done
     for k in "${!platforms[@]}"; do
       "$stratsim" simulate --quiet --model "$model" --plan "$plan" --iterations "$iterations" \

@@ -192,6 +192,9 @@ int run_calibration(const CalibrateArgs& args) {
   for (int p : procs)
     if (p < 2 || (p & (p - 1)) != 0)
       throw InputError(fmt::format("--procs {}: expected a power of two from 2 (Gloo's halving-doubling)", p));
+  // Ascending and once each: the platform's busy GEMM grids are listed by process count.
+  std::sort(procs.begin(), procs.end());
+  procs.erase(std::unique(procs.begin(), procs.end()), procs.end());
   const std::vector<std::int64_t> axis =
       args.quick ? std::vector<std::int64_t>{64, 256, 512} : std::vector<std::int64_t>{32, 128, 512, 2048};
   const std::vector<double> sizes = args.quick
@@ -223,18 +226,17 @@ int run_calibration(const CalibrateArgs& args) {
       std::filesystem::remove_all(path, ignored);
     }
   } cleanup{scratch};
-  // The GEMM grid again with every core computing: in the sweep of the most processes that each
-  // have a core (more would time-slice, which the simulator models on its own).
-  for (int p : procs)
-    if (p <= calibration.host.cores) calibration.busy_procs = std::max(calibration.busy_procs, p);
+  // The GEMM grid again with every process computing, in each sweep whose processes have a core
+  // each (more would time-slice, which the simulator models on its own): ranks that compute at
+  // once share the memory system and clocks, more of them more so.
   for (std::size_t i = 0; i < procs.size(); ++i) {
     progress.show(0.5 + 0.5 * static_cast<double>(i) / sweeps, fmt::format("Gloo on {} processes", procs[i]));
-    const bool grid = procs[i] == calibration.busy_procs;
+    const bool grid = procs[i] <= calibration.host.cores;
     const exec::SweepResult result =
         sweep(args, sweep_spec(procs[i], sizes, repeats, interference_flops, grid ? axis : std::vector<std::int64_t>{}),
               scratch);
     calibration.sweep.samples.insert(calibration.sweep.samples.end(), result.samples.begin(), result.samples.end());
-    if (grid) calibration.sweep.all_busy_gemms = result.all_busy_gemms;
+    if (grid) calibration.busy.push_back({procs[i], result.busy_gemms});
     if (i == 0) {
       calibration.sweep.compute_slowdown = result.compute_slowdown;
       calibration.sweep.communication_slowdown = result.communication_slowdown;

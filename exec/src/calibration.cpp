@@ -256,7 +256,7 @@ SweepResult read_sweep(const SweepSpec& spec, const core::Program& program, cons
     throw core::InputError(fmt::format("the sweep's result has {} ranks, expected {}", run.world_size, spec.procs));
   SweepResult result;
   for (const core::GemmShape& shape : grid_shapes(spec.gemm_axis))
-    result.all_busy_gemms.push_back({shape, median_over_ranks(program, run, grid_prefix(shape))});
+    result.busy_gemms.push_back({shape, median_over_ranks(program, run, grid_prefix(shape))});
   for (const Swept& swept : kSwept)
     for (double bytes : spec.sizes) {
       const std::string prefix = sweep_prefix(swept, bytes);
@@ -384,25 +384,32 @@ std::string platform_yaml(const Calibration& c) {
   for (const GemmTiming& g : host.gemms) peak = std::max(peak, g.shape.flops() / g.seconds);
   std::string axis;
   for (std::int64_t s : host.axis) axis += (axis.empty() ? "" : ", ") + std::to_string(s);
-  const auto efficiencies = [&](const std::vector<GemmTiming>& gemms) {
+  // Rows of the grid's last axis, each on a line indented as `indent`.
+  const auto efficiencies = [&](const std::vector<GemmTiming>& gemms, const std::string& indent) {
     std::string list;
     for (std::size_t i = 0; i < gemms.size(); ++i) {
       const double e = std::clamp(gemms[i].shape.flops() / gemms[i].seconds / peak, 1e-4, 1.0);
-      list += fmt::format("{}{:.4f}", i == 0 ? "" : (i % host.axis.size() == 0 ? ",\n        " : ", "), e);
+      list += fmt::format("{}{:.4f}", i == 0 ? "" : (i % host.axis.size() == 0 ? ",\n" + indent : ", "), e);
     }
     return list;
   };
-  const std::string efficiency = efficiencies(host.gemms);
-  std::string all_busy;
-  const bool same_grid = c.sweep.all_busy_gemms.size() == host.gemms.size() &&
-                         std::equal(host.gemms.begin(), host.gemms.end(), c.sweep.all_busy_gemms.begin(),
-                                    [](const GemmTiming& a, const GemmTiming& b) { return a.shape == b.shape; });
-  if (!c.sweep.all_busy_gemms.empty() && same_grid)
-    all_busy = fmt::format(
-        "        # The same shapes on {} processes at once (the median): what SPMD ranks get.\n"
-        "        all_cores_busy: [\n        {}]\n"
-        "        all_cores_busy_ranks: {}\n",
-        c.busy_procs, efficiencies(c.sweep.all_busy_gemms), c.busy_procs);
+  const std::string efficiency = efficiencies(host.gemms, "        ");
+  // One grid per process count, each in the host grid's order (a grid of other shapes is left out).
+  std::string busy;
+  for (const Calibration::BusyGrid& grid : c.busy) {
+    const bool same_grid = grid.gemms.size() == host.gemms.size() &&
+                           std::equal(host.gemms.begin(), host.gemms.end(), grid.gemms.begin(),
+                                      [](const GemmTiming& a, const GemmTiming& b) { return a.shape == b.shape; });
+    if (same_grid)
+      busy += fmt::format("          - ranks: {}\n            values: [\n              {}]\n", grid.procs,
+                          efficiencies(grid.gemms, "              "));
+  }
+  if (!busy.empty())
+    busy =
+        "        # The same shapes on as many processes at once, each on its own core (the median): what\n"
+        "        # SPMD ranks get, sharing the host's memory system and clocks.\n"
+        "        busy:\n" +
+        busy;
   const int procs = *std::max_element(c.procs.begin(), c.procs.end());
   double fastest = INFINITY;  // seconds per byte of the fastest kind: the links' rate
   for (const auto& [kind, k] : c.network.kinds) fastest = std::min(fastest, k.beta);
@@ -472,7 +479,7 @@ cost_model:
         k: [{axis}]
         efficiency: [
         {efficiency}]
-{all_busy}  network:
+{busy}  network:
     link_efficiency: {{loopback: 1.0}}
     algorithms: {{all_reduce: ring, all_gather: ring, reduce_scatter: rhd, broadcast: direct, all_to_all: ring}}
     per_kind:
@@ -492,7 +499,7 @@ cost_model:
       fmt::arg("shared_procs", c.procs.front()), fmt::arg("shared_dram", c.sweep.shared_memory_bytes_per_second / 1e9),
       fmt::arg("gbps", 1e-9 / fastest), fmt::arg("per_kind", per_kind), fmt::arg("n_axis", host.axis.size()),
       fmt::arg("procs_list", fmt::join(c.procs, " and ")), fmt::arg("axis", axis), fmt::arg("efficiency", efficiency),
-      fmt::arg("all_busy", all_busy), fmt::arg("interference_procs", c.procs.front()),
+      fmt::arg("busy", busy), fmt::arg("interference_procs", c.procs.front()),
       fmt::arg("compute_slowdown", c.sweep.compute_slowdown), fmt::arg("compute_beside", c.sweep.compute_ops_beside),
       fmt::arg("comm_beside", c.sweep.comm_ops_beside), fmt::arg("comm_slowdown", c.sweep.communication_slowdown));
 }

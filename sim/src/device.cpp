@@ -81,8 +81,15 @@ double PowerDerating::flops_factor(double watts) const {
 }
 
 double GemmTable::at(double mm, double nn, double kk, int ranks_computing) const {
-  const bool busy = !all_busy.empty() && ranks_computing >= all_busy_ranks;
-  const std::vector<double>& values = busy ? all_busy : efficiency;
+  // One rank has the host to itself; more price from the grid of the most ranks up to their
+  // count, or the fewest measured when they are fewer than any.
+  const std::vector<double>* grid = &efficiency;
+  if (ranks_computing > 1 && !busy.empty()) {
+    grid = &busy.front().values;
+    for (const Busy& measured : busy)
+      if (measured.ranks <= ranks_computing) grid = &measured.values;
+  }
+  const std::vector<double>& values = *grid;
   const auto [i, wi] = locate(m, mm);
   const auto [j, wj] = locate(n, nn);
   const auto [l, wl] = locate(k, kk);
@@ -177,8 +184,44 @@ PowerDerating read_power(const core::JsonReader& node) {
   return power;
 }
 
+// `busy: [{ranks: R, values: [...]}, ...]`, ascending in ranks; or its older spelling, one grid as
+// `all_cores_busy: [...]` measured by `all_cores_busy_ranks` (default 2) processes.
+template <typename ReadValues>
+void read_busy_grids(const core::JsonReader& node, const ReadValues& read_values, std::vector<GemmTable::Busy>& out) {
+  const auto read_ranks = [](const core::JsonReader& ranks) {
+    const std::int64_t count = ranks.as_int();
+    if (count < 2 || count > 65536)
+      ranks.fail(fmt::format("expected 2 to 65536 ranks computing at once, got {}", count));
+    return static_cast<int>(count);
+  };
+  if (node.has("busy")) {
+    if (node.has("all_cores_busy") || node.has("all_cores_busy_ranks"))
+      node.fail("expected busy or its older spelling all_cores_busy, not both");
+    const core::JsonReader list = node.at("busy");
+    list.expect_array();
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const core::JsonReader entry = list.at(i);
+      entry.allow_only({"ranks", "values"});
+      GemmTable::Busy grid;
+      grid.ranks = read_ranks(entry.at("ranks"));
+      if (!out.empty() && grid.ranks <= out.back().ranks)
+        entry.at("ranks").fail(fmt::format("expected more than the {} ranks before it (ascending)", out.back().ranks));
+      read_values(entry.at("values"), grid.values);
+      out.push_back(std::move(grid));
+    }
+    return;
+  }
+  if (node.has("all_cores_busy_ranks") && !node.has("all_cores_busy"))
+    node.at("all_cores_busy_ranks").fail("expected all_cores_busy, the values these ranks measured");
+  if (!node.has("all_cores_busy")) return;
+  GemmTable::Busy grid;
+  if (node.has("all_cores_busy_ranks")) grid.ranks = read_ranks(node.at("all_cores_busy_ranks"));
+  read_values(node.at("all_cores_busy"), grid.values);
+  out.push_back(std::move(grid));
+}
+
 GemmTable read_gemm_table(const core::JsonReader& node) {
-  node.allow_only({"m", "n", "k", "efficiency", "tflops", "all_cores_busy", "all_cores_busy_ranks", "source"});
+  node.allow_only({"m", "n", "k", "efficiency", "tflops", "busy", "all_cores_busy", "all_cores_busy_ranks", "source"});
   GemmTable table;
   table.m = read_axis(node, "m");
   table.n = read_axis(node, "n");
@@ -196,15 +239,7 @@ GemmTable read_gemm_table(const core::JsonReader& node) {
       out.push_back(table.rates ? read_tflops(list.at(i)) : read_fraction(list.at(i)));
   };
   read_values(node.at(table.rates ? "tflops" : "efficiency"), table.efficiency);
-  if (node.has("all_cores_busy")) read_values(node.at("all_cores_busy"), table.all_busy);
-  if (node.has("all_cores_busy_ranks")) {
-    const core::JsonReader ranks = node.at("all_cores_busy_ranks");
-    if (!node.has("all_cores_busy")) ranks.fail("expected all_cores_busy, the values these ranks measured");
-    const std::int64_t count = ranks.as_int();
-    if (count < 2 || count > 65536)
-      ranks.fail(fmt::format("expected 2 to 65536 ranks computing at once, got {}", count));
-    table.all_busy_ranks = static_cast<int>(count);
-  }
+  read_busy_grids(node, read_values, table.busy);
   return table;
 }
 

@@ -11,6 +11,7 @@
 
 #include "../cli_support.hpp"
 #include "stratsim/core/errors.hpp"
+#include "stratsim/core/json_reader.hpp"
 #include "stratsim/exec/calibration.hpp"
 
 namespace stratsim::test {
@@ -127,7 +128,7 @@ TEST(Sweep, ProgramAndReadingBack) {
   EXPECT_EQ(result.comm_ops_beside, 9);
   EXPECT_EQ(result.compute_ops_beside, 6);
   EXPECT_DOUBLE_EQ(result.shared_memory_bytes_per_second, 2 * spec.stream_bytes / 10e-3);
-  EXPECT_TRUE(result.all_busy_gemms.empty());  // no axis, no grid
+  EXPECT_TRUE(result.busy_gemms.empty());  // no axis, no grid
   run.world_size = 4;
   EXPECT_THROW(exec::read_sweep(spec, program, run), core::InputError);
 }
@@ -168,15 +169,45 @@ TEST(Sweep, TheGemmGridRunsOnEveryRankBeforeTheCollectives) {
     if (op.type == core::OpType::collective) run.collectives.push_back({op.id, 0, "gloo ring", 0, 2, 0, 1e-3, {0, 1}});
   }
   const exec::SweepResult result = exec::read_sweep(spec, program, run);
-  ASSERT_EQ(result.all_busy_gemms.size(), 8u);
-  EXPECT_EQ(result.all_busy_gemms[1].shape, (core::GemmShape{32, 32, 64}));
+  ASSERT_EQ(result.busy_gemms.size(), 8u);
+  EXPECT_EQ(result.busy_gemms[1].shape, (core::GemmShape{32, 32, 64}));
   const double flops = core::GemmShape{32, 32, 64}.flops();
   // The median of {1, 2, 2, 4} x flops ns (ranks x instances): 2.
-  EXPECT_DOUBLE_EQ(result.all_busy_gemms[1].seconds, flops * 1e-9 * 2);
+  EXPECT_DOUBLE_EQ(result.busy_gemms[1].seconds, flops * 1e-9 * 2);
 }
 
 // The command, quick: it measures this host for real, writes a platform file, and the simulator
 // runs a plan on it.
+// Each sweep whose processes had a core each measured the GEMM grid with all of them computing: the
+// platform lists one grid per process count, ascending, as rates relative to the best one alone
+// (here the one shape at 1, 1/2 on 2 processes, 1/4 on 4).
+TEST(PlatformYaml, OneBusyGemmGridPerProcessCount) {
+  exec::Calibration c;
+  const core::GemmShape shape{32, 32, 32};
+  c.host.axis = {32};
+  c.host.cores = 4;
+  c.host.gemm_flops_per_second = 1e9;
+  c.host.memory_bytes_per_second = 1e10;
+  c.host.gemms = {{shape, shape.flops() / 1e9}};
+  c.busy = {{2, {{shape, 2 * shape.flops() / 1e9}}}, {4, {{shape, 4 * shape.flops() / 1e9}}}};
+  c.procs = {2, 4};
+  c.network.kinds[CollectiveKind::all_reduce] = {1e-5, 1e-6, 1e-9};
+  c.host_name = "test", c.date = "today", c.command = "stratsim calibrate";
+  const nlohmann::json platform = core::parse_document(exec::platform_yaml(c), "platform.yaml", true);
+  const nlohmann::json& table = platform["cost_model"]["compute"]["gemm"]["float32"];
+  EXPECT_EQ(table["efficiency"], nlohmann::json::array({1.0}));
+  ASSERT_EQ(table["busy"].size(), 2u) << table.dump();
+  EXPECT_EQ(table["busy"][0]["ranks"], 2);
+  EXPECT_EQ(table["busy"][0]["values"], nlohmann::json::array({0.5}));
+  EXPECT_EQ(table["busy"][1]["ranks"], 4);
+  EXPECT_EQ(table["busy"][1]["values"], nlohmann::json::array({0.25}));
+  // No grid measured: no busy list.
+  c.busy.clear();
+  EXPECT_FALSE(
+      core::parse_document(exec::platform_yaml(c), "platform.yaml", true)["cost_model"]["compute"]["gemm"]["float32"]
+          .contains("busy"));
+}
+
 TEST(CalibrateCli, QuickWritesAPlatformTheSimulatorTakes) {
   const std::string platform = temp_path("calibrated.yaml");
   const CliRun r = run_cli("calibrate --quick --quiet -o " + platform, true);
@@ -188,7 +219,7 @@ TEST(CalibrateCli, QuickWritesAPlatformTheSimulatorTakes) {
     EXPECT_NE(yaml.find(field), std::string::npos) << field;
   // --quick sweeps 2 processes: with a core each they measure the grid again, all at once.
   if (std::thread::hardware_concurrency() >= 2) {
-    EXPECT_NE(yaml.find("all_cores_busy: ["), std::string::npos);
+    EXPECT_NE(yaml.find("busy:\n          - ranks: 2\n            values: ["), std::string::npos) << yaml;
   }
   const CliRun sim = run_cli("simulate --quiet --model zoo:Net --plan builtin:ddp --platform " + platform, true);
   ASSERT_EQ(sim.code, 0) << sim.out;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "../cli_support.hpp"
 #include "sim_test_support.hpp"
 #include "stratsim/core/errors.hpp"
@@ -115,6 +117,18 @@ TEST(CostModelFile, ErrorsNameFileAndField) {
             kData +
                 "bad_gemm_busy_ranks.yaml: compute.gemm.float32.all_cores_busy_ranks: expected 2 to 65536 ranks "
                 "computing at once, got 1");
+  EXPECT_EQ(apply_error("bad_gemm_busy_order.yaml"),
+            kData +
+                "bad_gemm_busy_order.yaml: compute.gemm.float32.busy[1].ranks: expected more than the 4 ranks before "
+                "it (ascending)");
+  EXPECT_EQ(apply_error("bad_gemm_busy_both.yaml"),
+            kData +
+                "bad_gemm_busy_both.yaml: compute.gemm.float32: expected busy or its older spelling all_cores_busy, "
+                "not both");
+  EXPECT_EQ(apply_error("bad_gemm_busy_values.yaml"),
+            kData +
+                "bad_gemm_busy_values.yaml: compute.gemm.float32.busy[0].values: expected 2 x 1 x 1 = 2 values (k "
+                "fastest), got 1");
   EXPECT_EQ(apply_error("bad_gemm_both.yaml"),
             kData +
                 "bad_gemm_both.yaml: compute.gemm.bfloat16: expected exactly one of efficiency (fractions of the "
@@ -208,28 +222,52 @@ TEST(ComputeModel, RateTablesNeedNoPeak) {
   EXPECT_NEAR(model.compute.duration(op, device), expected, 1e-15);
 }
 
-// A CPU host's ranks compute at the same time: a run of as many ranks as measured the
-// all-cores-busy values (2 unless the table says) prices its GEMMs from them (here 0.5 of the
-// peak at 32 rows against 0.8 alone), a smaller run from the main ones; a GPU platform never
-// uses them.
+namespace {
+// The simulated time of one 32 x 1024 x 1024 float32 GEMM on every rank of `world`.
+double one_gemm_seconds(int world, const std::string& platform, const std::string& table) {
+  core::Program program = empty_program({world}, {"world"});
+  const int gemm = add_compute(program, 2.0 * 32 * 1024 * 1024);
+  program.ops[gemm].gemms = {{32, 1024, 1024}};
+  sim::PlatformSpec spec = sim::parse_platform(platform);
+  spec.cost.apply_file(kData + table);
+  return sim::simulate(program, spec).timings[0][gemm].end;
+}
+}  // namespace
+
+// A CPU host's ranks compute at the same time: a run of more than one rank prices its GEMMs from
+// the all-cores-busy values (here 0.5 of the peak at 32 rows against 0.8 alone), one rank from the
+// main ones; a GPU platform never uses them. (The older spelling of one busy grid.)
 TEST(ComputeModel, CpuRanksComputingTogetherUseTheAllBusyTable) {
   const auto gemm_seconds = [](int world, const std::string& platform,
                                const std::string& table = "gemm_all_busy.yaml") {
-    core::Program program = empty_program({world}, {"world"});
-    const int gemm = add_compute(program, 2.0 * 32 * 1024 * 1024);
-    program.ops[gemm].gemms = {{32, 1024, 1024}};
-    sim::PlatformSpec spec = sim::parse_platform(platform);
-    spec.cost.apply_file(kData + table);
-    return sim::simulate(program, spec).timings[0][gemm].end;
+    return one_gemm_seconds(world, platform, table);
   };
   const double flops = 2.0 * 32 * 1024 * 1024;
   EXPECT_NEAR(gemm_seconds(2, "cpu:procs=2,cores=2,model=ideal,gflops=100"), flops / (0.5 * 100e9), 1e-12);
   EXPECT_NEAR(gemm_seconds(1, "cpu:procs=1,cores=2,model=ideal,gflops=100"), flops / (0.8 * 100e9), 1e-12);
   EXPECT_NEAR(gemm_seconds(2, "h100:gpus=2,model=ideal,tflops_fp32=0.1"), flops / (0.8 * 100e9), 1e-12);
-  // Measured by 4 ranks: 2 ranks price alone; 4 on 2 cores price busy, time-sliced 2x on top.
+  // Measured by 4 ranks: 2 ranks price from it too (nearer it than one process alone); 4 on 2
+  // cores price busy, time-sliced 2x on top.
   const std::string four = "gemm_all_busy_4.yaml";
-  EXPECT_NEAR(gemm_seconds(2, "cpu:procs=2,cores=2,model=ideal,gflops=100", four), flops / (0.8 * 100e9), 1e-12);
+  EXPECT_NEAR(gemm_seconds(2, "cpu:procs=2,cores=2,model=ideal,gflops=100", four), flops / (0.5 * 100e9), 1e-12);
   EXPECT_NEAR(gemm_seconds(4, "cpu:procs=4,cores=2,model=ideal,gflops=100", four), 2 * flops / (0.5 * 100e9), 1e-12);
+}
+
+// One busy grid per process count: a run prices its GEMMs from the grid of the most ranks up to
+// its own (3 ranks from the 2-rank grid), one rank from the grid of one process alone, and ranks
+// beyond the cores time-slice on top of the largest grid.
+TEST(ComputeModel, EachRankCountPricesFromTheGridOfTheMostRanksUpToIt) {
+  const std::string table = "gemm_busy_by_ranks.yaml";
+  const double flops = 2.0 * 32 * 1024 * 1024;
+  const auto seconds = [&](int world, int cores) {
+    return one_gemm_seconds(world, fmt::format("cpu:procs={},cores={},model=ideal,gflops=100", world, cores), table);
+  };
+  EXPECT_NEAR(seconds(1, 16), flops / (0.8 * 100e9), 1e-12);
+  EXPECT_NEAR(seconds(2, 16), flops / (0.5 * 100e9), 1e-12);
+  EXPECT_NEAR(seconds(3, 16), flops / (0.5 * 100e9), 1e-12);
+  EXPECT_NEAR(seconds(4, 16), flops / (0.25 * 100e9), 1e-12);
+  EXPECT_NEAR(seconds(8, 16), flops / (0.25 * 100e9), 1e-12);
+  EXPECT_NEAR(seconds(8, 4), 2 * flops / (0.25 * 100e9), 1e-12);
 }
 
 TEST(Protocols, TheTunerPicksTheFastestAllowed) {

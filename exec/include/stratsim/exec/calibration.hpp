@@ -91,7 +91,7 @@ struct SweepResult {
   double shared_memory_bytes_per_second = 0;
   // The GEMM grid with every rank computing (m, n, k in axis order, k fastest; empty without a
   // gemm_axis): each shape's median over its instances and the ranks.
-  std::vector<GemmTiming> all_busy_gemms;
+  std::vector<GemmTiming> busy_gemms;
 };
 // Reads the measured run of sweep_program(spec). Throws core::InputError on a result that does
 // not belong to that program.
@@ -129,7 +129,12 @@ struct Calibration {
   SweepResult sweep;
   NetworkFit network;
   std::vector<int> procs;
-  int busy_procs = 0;  // the processes that measured sweep.all_busy_gemms
+  // The GEMM grid measured by each sweep whose processes had a core each, ascending in procs.
+  struct BusyGrid {
+    int procs = 0;
+    std::vector<GemmTiming> gemms;
+  };
+  std::vector<BusyGrid> busy;
   std::string host_name, date, command;
 };
 std::string platform_yaml(const Calibration& calibration);

@@ -45,15 +45,24 @@ struct OpClassEfficiency {
 // efficiency rises with each dimension until the tiles fill the SMs, so a log scale keeps the
 // steps between measured sizes even. Rates are what `stratsim calibrate --gpu` measures: they
 // need no notion of the peak, which the published figure and the device's clocks disagree on.
-// A CPU host's table may hold the same grid measured twice: one process alone, and
-// `all_busy_ranks` processes computing at once, a core each (`stratsim calibrate` runs it on all
-// ranks together); on a small VM the second is up to a third slower for GEMMs whose operands
-// leave the core's own caches.
+// A CPU host's table may hold the same grid measured again with ranks computing at once, a core
+// each (`busy`, one grid per process count that `stratsim calibrate` swept): SPMD ranks run their
+// GEMMs at the same time, and they share the memory system, the caches and the host's clocks: on
+// the VMs measured here two processes each ran GEMMs 20-30 % slower than one alone, on 2 cores and
+// on 16 alike.
 struct GemmTable {
   std::vector<double> m, n, k;     // ascending sizes, at least one each
-  std::vector<double> efficiency;  // m.size() x n.size() x k.size() values, k fastest
-  std::vector<double> all_busy;    // empty, or the same grid with ranks computing at once (same unit)
-  int all_busy_ranks = 2;          // how many: runs of at least this many ranks use all_busy
+  std::vector<double> efficiency;  // m.size() x n.size() x k.size() values, k fastest: one process
+  struct Busy {
+    int ranks = 2;               // processes computing at once when the values were measured
+    std::vector<double> values;  // the same grid, in the same unit
+  };
+  // Ascending in ranks. A run of one rank prices from `efficiency`; a run of R > 1 from the grid of
+  // the most ranks up to R (the simulator time-slices ranks beyond the cores on its own), or the
+  // grid of the fewest when R is below them all: ranks computing at once are nearer any busy grid
+  // than one process alone (on a 16-core VM two ranks ran their GEMMs at 19.6 GFLOP/s, four at
+  // 17.5, one alone at up to 26.9).
+  std::vector<Busy> busy;
   bool rates = false;              // true: the values are FLOP/s, not fractions of the peak
   double at(double m, double n, double k, int ranks_computing = 1) const;
   // FLOP/s of a GEMM of this shape on a device whose dense peak for the dtype is `peak`.
