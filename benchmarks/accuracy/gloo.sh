@@ -21,6 +21,9 @@
 # GLOO_ACCURACY_KEEP=DIR keeps each measured run there as PLAN-RANKS-runR.json;
 # GLOO_ACCURACY_FROM=DIR takes the runs from such a folder instead of measuring: runs made on
 # another host (with the platform calibrated there), simulated again on other platforms or models.
+# GLOO_ACCURACY_MIN_STEP_ROWS=N sets a lower bar for the exit status: at least N of the 20 rows
+# with the median step within 10 % (the `accuracy_gloo_replay` test holds the committed 16-core
+# runs to what the model reaches on them, so a change that loses a row fails).
 set -euo pipefail
 build=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -67,14 +70,15 @@ row() {
       my $median = median(@errors);
       my $collective_error = steady_collectives($sim) / (sum(@run_collectives) / @run_collectives) - 1;
       my $ok = abs($median) <= 0.10 && abs($collective_error) <= 0.20;
-      printf "%.1f ms (%.1f-%.1f)|%.1f ms|%+.1f %%|%+.1f %%|%+.1f %%|%.1f %%|%d", 1e3 * $m, 1e3 * min(@run_means),
+      printf "%.1f ms (%.1f-%.1f)|%.1f ms|%+.1f %%|%+.1f %%|%+.1f %%|%.1f %%|%d|%d", 1e3 * $m, 1e3 * min(@run_means),
         1e3 * max(@run_means), 1e3 * $p, 100 * $median, 100 * ($p / $m - 1), 100 * $collective_error,
-        100 * sum(@per_op) / @per_op, $ok ? 1 : 0;
+        100 * sum(@per_op) / @per_op, $ok ? 1 : 0, abs($median) <= 0.10 ? 1 : 0;
     ' "$@"
 }
-declare -a failed
+declare -a failed steps_within
 for k in "${!platforms[@]}"; do
   failed[k]=0
+  steps_within[k]=0
   {
     echo "| plan | ranks | measured step (runs' range) | simulated step | step error (median of steps) | step error (of means) | collective time error | collectives mean \\|error\\| per op |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|"
@@ -101,8 +105,9 @@ for template in "$here"/gloo/*.yaml; do
         "$stratsim" compare "$work/sim.json" "$work/run$r.json" --json -o "$work/cmp$r.json"
         pairs+=("$work/cmp$r.json" "$work/run$r.json")
       done
-      IFS='|' read -r measured simulated step_error mean_error coll_time coll_error ok <<< "$(row "$work/sim.json" "${pairs[@]}")"
+      IFS='|' read -r measured simulated step_error mean_error coll_time coll_error ok step_ok <<< "$(row "$work/sim.json" "${pairs[@]}")"
       [[ $ok == 1 ]] || failed[k]=$((failed[k] + 1))
+      [[ $step_ok == 1 ]] && steps_within[k]=$((steps_within[k] + 1))
       echo "| $name | $ranks | $measured | $simulated | $step_error | $mean_error | $coll_time | $coll_error |" >> "$work/table-$k.md"
     done
   done
@@ -113,7 +118,12 @@ for k in "${!platforms[@]}"; do
   cat "$work/table-$k.md"
   echo
   echo "${failed[k]} of 20 cases outside the goal (median step error within 10 %, collective time within 20 %)"
+  echo "${steps_within[k]} of 20 with the median step within 10 %"
   ((${#platforms[@]} == 1)) || echo
-  ((failed[k] == 0)) || status=1
+  if [[ -n ${GLOO_ACCURACY_MIN_STEP_ROWS:-} ]]; then
+    ((steps_within[k] >= GLOO_ACCURACY_MIN_STEP_ROWS)) || status=1
+  else
+    ((failed[k] == 0)) || status=1
+  fi
 done
 exit "$status"
