@@ -32,6 +32,10 @@ work=$(mktemp -d /tmp/stratsim-gloo-accuracy.XXXXXX)
 trap 'rm -rf "$work"' EXIT INT TERM
 platforms=("${@:2}")
 [[ -z ${GLOO_ACCURACY_KEEP:-} ]] || mkdir -p "$GLOO_ACCURACY_KEEP"
+if [[ -n ${GLOO_ACCURACY_FROM:-} ]] && ((${#platforms[@]} == 0)); then
+  echo "gloo.sh: GLOO_ACCURACY_FROM needs the platform calibrated where those runs were made (PLATFORM.yaml)" >&2
+  exit 2
+fi
 if ((${#platforms[@]} == 0)); then
   platforms=("$work/calibrated.yaml")
   "$stratsim" calibrate --quiet -o "${platforms[0]}" >&2
