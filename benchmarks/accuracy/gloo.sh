@@ -22,8 +22,8 @@
 # GLOO_ACCURACY_FROM=DIR takes the runs from such a folder instead of measuring: runs made on
 # another host (with the platform calibrated there), simulated again on other platforms or models.
 # GLOO_ACCURACY_MIN_STEP_ROWS=N sets a lower bar for the exit status: at least N of the 20 rows
-# with the median step within 10 % (the `accuracy_gloo_replay` test holds the committed 16-core
-# runs to what the model reaches on them, so a change that loses a row fails).
+# with the median step within 10 % (the `accuracy_gloo_replay_*` tests hold the committed runs of
+# gloo/measured/ to what the model reaches on them, so a change that loses a row fails).
 set -euo pipefail
 build=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)
