@@ -80,16 +80,18 @@ double PowerDerating::flops_factor(double watts) const {
   return 1;
 }
 
-double GemmTable::at(double mm, double nn, double kk, int ranks_computing) const {
+const std::vector<double>& GemmTable::grid_for(int ranks_computing) const {
   // One rank has the host to itself; more price from the grid of the most ranks up to their
   // count, or the fewest measured when they are fewer than any.
-  const std::vector<double>* grid = &efficiency;
-  if (ranks_computing > 1 && !busy.empty()) {
-    grid = &busy.front().values;
-    for (const Busy& measured : busy)
-      if (measured.ranks <= ranks_computing) grid = &measured.values;
-  }
-  const std::vector<double>& values = *grid;
+  if (ranks_computing <= 1 || busy.empty()) return efficiency;
+  const std::vector<double>* grid = &busy.front().values;
+  for (const Busy& measured : busy)
+    if (measured.ranks <= ranks_computing) grid = &measured.values;
+  return *grid;
+}
+
+double GemmTable::at(double mm, double nn, double kk, int ranks_computing) const {
+  const std::vector<double>& values = grid_for(ranks_computing);
   const auto [i, wi] = locate(m, mm);
   const auto [j, wj] = locate(n, nn);
   const auto [l, wl] = locate(k, kk);

@@ -57,13 +57,13 @@ struct GemmTable {
     int ranks = 2;               // processes computing at once when the values were measured
     std::vector<double> values;  // the same grid, in the same unit
   };
-  // Ascending in ranks. A run of one rank prices from `efficiency`; a run of R > 1 from the grid of
-  // the most ranks up to R (the simulator time-slices ranks beyond the cores on its own), or the
-  // grid of the fewest when R is below them all: ranks computing at once are nearer any busy grid
-  // than one process alone (on a 16-core VM two ranks ran their GEMMs at 19.6 GFLOP/s, four at
-  // 17.5, one alone at up to 26.9).
-  std::vector<Busy> busy;
-  bool rates = false;              // true: the values are FLOP/s, not fractions of the peak
+  std::vector<Busy> busy;  // ascending in ranks
+  bool rates = false;      // true: the values are FLOP/s, not fractions of the peak
+  // A run of one rank prices from `efficiency`; a run of R > 1 from the grid of the most ranks up
+  // to R (the simulator time-slices ranks beyond the cores on its own), or the fewest when R is
+  // below them all: ranks computing at once are nearer any busy grid than one process alone
+  // (benchmarks/README.md, "On a 16-core host").
+  const std::vector<double>& grid_for(int ranks_computing) const;
   double at(double m, double n, double k, int ranks_computing = 1) const;
   // FLOP/s of a GEMM of this shape on a device whose dense peak for the dtype is `peak`.
   double rate(double m, double n, double k, double peak, int ranks_computing = 1) const {
