@@ -65,7 +65,7 @@ std::map<core::CollectiveKind, sim::Algorithm> parse_algorithms(const std::vecto
     if (!algorithm)
       throw InputError(
           fmt::format("--algorithm {}: unknown algorithm \"{}\" (expected auto, ring, tree, rhd, direct, "
-                      "hierarchical, nvls, nvls_tree)",
+                      "hierarchical, nvls, nvls_tree, chain)",
                       item, name));
     if (*algorithm != sim::Algorithm::automatic && !sim::implements(*algorithm, k->second))
       throw InputError(fmt::format("--algorithm {}: {} does not implement {}", item, name, kind));

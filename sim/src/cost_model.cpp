@@ -98,6 +98,21 @@ std::vector<MeasuredCurve> read_measured(const core::JsonReader& node) {
   return curves;
 }
 
+// nvls.first_loop_fraction and nvls.first_loop_mib: both or neither.
+void read_nvls_first_loop(const core::JsonReader& nvls, NetworkModel& network) {
+  network.nvls_first_loop_fraction = network.nvls_first_loop_bytes = 0;
+  const bool fraction = nvls.has("first_loop_fraction"), mib = nvls.has("first_loop_mib");
+  if (fraction != mib)
+    nvls.fail(fraction ? "first_loop_fraction needs first_loop_mib (the bytes of NVLS's first loop)"
+                       : "first_loop_mib needs first_loop_fraction (the share of that loop not overlapped)");
+  if (!fraction) return;
+  network.nvls_first_loop_fraction = read_fraction(nvls.at("first_loop_fraction"));
+  const double loop = nvls.at("first_loop_mib").as_number();
+  if (!(loop > 0 && loop <= 1 << 20))
+    nvls.at("first_loop_mib").fail(fmt::format("expected more than 0 and up to 1048576 MiB, got {}", loop));
+  network.nvls_first_loop_bytes = loop * 1024 * 1024;
+}
+
 Protocol read_protocol(const core::JsonReader& node) {
   node.expect_object();
   node.allow_only({"name", "bandwidth_fraction", "base_latency_us", "step_latency_us", "max_bytes",
@@ -177,11 +192,15 @@ void read_network(const core::JsonReader& node, NetworkModel& network) {
   if (node.has("nvls")) {
     const core::JsonReader nvls = node.at("nvls");
     nvls.expect_object();
-    nvls.allow_only({"bandwidth_fraction", "tree_bandwidth_fraction", "base_latency_us", "source"});
+    nvls.allow_only({"bandwidth_fraction", "tree_bandwidth_fraction", "base_latency_us", "tree_base_latency_us",
+                     "first_loop_fraction", "first_loop_mib", "source"});
     network.nvls_bandwidth_fraction = read_fraction(nvls.at("bandwidth_fraction"));
     network.nvls_tree_bandwidth_fraction =
         nvls.has("tree_bandwidth_fraction") ? read_fraction(nvls.at("tree_bandwidth_fraction")) : 0;
     network.nvls_base_latency = nvls.has("base_latency_us") ? read_microseconds(nvls.at("base_latency_us")) : 0;
+    network.nvls_tree_base_latency =
+        nvls.has("tree_base_latency_us") ? read_microseconds(nvls.at("tree_base_latency_us")) : 0;
+    read_nvls_first_loop(nvls, network);
   }
   if (node.has("protocols")) {
     const core::JsonReader list = node.at("protocols");

@@ -244,6 +244,9 @@ void Simulation::measure_link_costs() {
   if (network.nvls_bandwidth_fraction > 0 && intra &&
       (platform_.kind == PlatformKind::node || platform_.kind == PlatformKind::cluster)) {
     costs_.nvls_launch = network.nvls_base_latency;
+    costs_.nvls_tree_launch = network.nvls_tree_launch();
+    costs_.nvls_first_loop_fraction = network.nvls_first_loop_fraction;
+    costs_.nvls_first_loop_bytes = network.nvls_first_loop_bytes;
     costs_.nvls_beta = costs_.beta_intra / network.nvls_bandwidth_fraction;
     costs_.nvls_tree_beta = costs_.beta_intra / network.nvls_tree_fraction();
   }
@@ -581,10 +584,11 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
                              : !nvls                             ? protocol_for(op, *schedule, member_nodes)
                                                                  : nullptr;
   slot.protocol = protocol;
-  const double overhead = curve      ? 0
-                          : nvls     ? network.nvls_base_latency
-                          : protocol ? protocol->base_latency
-                                     : platform_.collective_overhead;
+  const double overhead = curve                               ? 0
+                          : algorithm == Algorithm::nvls      ? network.nvls_base_latency
+                          : algorithm == Algorithm::nvls_tree ? network.nvls_tree_launch()
+                          : protocol                          ? protocol->base_latency
+                                                              : platform_.collective_overhead;
   if (overhead > 0) sg4::this_actor::sleep_for(overhead);
   if (!schedule) {
     const double copy = one_rank_copy_seconds(op) * slowdown;
@@ -598,6 +602,12 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
         algorithm == Algorithm::nvls_tree ? network.nvls_tree_fraction() : network.nvls_bandwidth_fraction;
     run_schedule(*schedule, hosts, member_nodes, protocol, scale / (protocol ? protocol->bandwidth_fraction : 1.0),
                  nvls_fraction > 0 ? scale / nvls_fraction : scale);
+    // NVLS's first loop, at the idle link's rate like a pipeline's fill.
+    if (algorithm == Algorithm::nvls) {
+      const int members = static_cast<int>(member_nodes.size());
+      const double first_loop = nvls_first_loop_seconds(members, static_cast<double>(op.bytes), costs_) * scale;
+      if (first_loop > 0) sg4::this_actor::sleep_for(first_loop);
+    }
   }
   slot.end = sg4::Engine::get_clock();
   record(op, instance, algorithm, protocol, slot.start, slot.end);

@@ -25,7 +25,7 @@ const std::vector<CollectiveKind> kKinds = {CollectiveKind::all_reduce, Collecti
                                             CollectiveKind::reduce_scatter, CollectiveKind::broadcast,
                                             CollectiveKind::all_to_all};
 const std::vector<Algorithm> kFlat = {Algorithm::ring, Algorithm::tree, Algorithm::recursive_halving_doubling,
-                                      Algorithm::direct};
+                                      Algorithm::direct, Algorithm::chain};
 const std::vector<double> kSizes = {KiB, MiB, 64 * MiB, 8 * GiB};
 
 // Every member on its own node: the flat algorithms do not care, hierarchical is not applicable.
@@ -112,8 +112,8 @@ void check_conservation(CollectiveKind kind, Algorithm algorithm, int p, double 
       EXPECT_TRUE(all_at_least(t.egress, share) && all_at_least(t.ingress, share));
       // Trees are not bandwidth-optimal, nor are hierarchical and NVLSTree across nodes: they run a
       // tree per rail (and NVLS's flows stand for the switch's, n (1 + 1/g) per member).
-      const bool optimal = algorithm != Algorithm::tree && algorithm != Algorithm::hierarchical &&
-                           algorithm != Algorithm::nvls_tree && !folded_rhd;
+      const bool optimal = algorithm != Algorithm::tree && algorithm != Algorithm::chain &&
+                           algorithm != Algorithm::hierarchical && algorithm != Algorithm::nvls_tree && !folded_rhd;
       if (optimal) {
         EXPECT_TRUE(all_equal(t.egress, 2 * share) && all_equal(t.ingress, 2 * share));
       }
@@ -182,9 +182,11 @@ void check_lower_bounds(CollectiveKind kind, Algorithm algorithm, int p, double 
 }  // namespace
 
 TEST(CollectiveNames, RoundTripAndAliases) {
-  for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::recursive_halving_doubling,
-                      Algorithm::direct, Algorithm::hierarchical, Algorithm::nvls, Algorithm::nvls_tree})
+  for (Algorithm a :
+       {Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::recursive_halving_doubling,
+        Algorithm::direct, Algorithm::hierarchical, Algorithm::nvls, Algorithm::nvls_tree, Algorithm::chain})
     EXPECT_EQ(parse_algorithm(algorithm_name(a)), a);
+  EXPECT_EQ(algorithm_name(Algorithm::chain), "chain");
   EXPECT_EQ(algorithm_name(Algorithm::nvls_tree), "nvls_tree");
   EXPECT_EQ(parse_algorithm("NVLSTree"), Algorithm::nvls_tree);  // as NCCL_ALGO spells it
   EXPECT_EQ(parse_algorithm("nvls-tree"), Algorithm::nvls_tree);
@@ -203,6 +205,7 @@ TEST(CollectiveImplements, TreeHasAllReduceAndBroadcastOnly) {
   for (CollectiveKind kind : kKinds) {
     const bool tree_kind = kind == CollectiveKind::all_reduce || kind == CollectiveKind::broadcast;
     EXPECT_EQ(implements(Algorithm::tree, kind), tree_kind);
+    EXPECT_EQ(implements(Algorithm::chain, kind), kind == CollectiveKind::all_reduce);
     for (Algorithm a : {Algorithm::ring, Algorithm::recursive_halving_doubling, Algorithm::direct,
                         Algorithm::hierarchical, Algorithm::automatic})
       EXPECT_TRUE(implements(a, kind));
@@ -320,6 +323,11 @@ TEST(CollectiveClosedForms, HandWorkedValues) {
   EXPECT_DOUBLE_EQ(latency(AR, tree, 16), 8);
   EXPECT_DOUBLE_EQ(bandwidth(AR, tree, 16), 2);
   EXPECT_DOUBLE_EQ(closed_form_time(BC, tree, 5, 1.0, 1.0, 1.0), 3 * 2);  // binomial: 3 (a + n b)
+  // Chain (NCCL's tree inside a node), pipelined: (2 (p - 1) - 1) a + 2 n b (n b at p = 2).
+  EXPECT_DOUBLE_EQ(latency(AR, Algorithm::chain, 2), 1);
+  EXPECT_DOUBLE_EQ(bandwidth(AR, Algorithm::chain, 2), 1);
+  EXPECT_DOUBLE_EQ(latency(AR, Algorithm::chain, 8), 13);
+  EXPECT_DOUBLE_EQ(bandwidth(AR, Algorithm::chain, 8), 2);
   // rhd, p = 3 (q = 2, r = 1).
   EXPECT_DOUBLE_EQ(latency(AR, rhd, 3), 4);    // fold, RS, AG, unfold
   EXPECT_DOUBLE_EQ(bandwidth(AR, rhd, 3), 3);  // n + n/2 + n/2 + n
@@ -342,6 +350,46 @@ TEST(CollectiveClosedForms, HandWorkedValues) {
   // Direct broadcast is bound by the root's egress.
   EXPECT_DOUBLE_EQ(bandwidth(BC, Algorithm::direct, 5), 4);
   EXPECT_DOUBLE_EQ(latency(BC, Algorithm::direct, 5), 1);
+}
+
+// NCCL's tree inside one node is a chain through its members: the reduce runs down the chain to
+// member 0 and the broadcast back up, p - 1 hops each, pipelined, every member with at most one flow
+// each way per phase.
+TEST(CollectiveChain, ShapeIsAPipelinedChainOfTheMembers) {
+  for (int p : {2, 3, 8}) {
+    SCOPED_TRACE(p);
+    const Schedule schedule = build_schedule(CollectiveKind::all_reduce, Algorithm::chain, std::vector<int>(p, 0), MiB);
+    EXPECT_TRUE(schedule.pipelined);
+    ASSERT_EQ(schedule.phases.size(), 2u);
+    for (const SchedulePhase& phase : schedule.phases) {
+      EXPECT_EQ(phase.latency_steps, p - 1);
+      ASSERT_EQ(phase.flows.size(), static_cast<std::size_t>(p - 1));
+      for (const Flow& flow : phase.flows) {
+        EXPECT_EQ(std::abs(flow.src - flow.dst), 1);
+        EXPECT_EQ(flow.bytes, MiB);
+      }
+    }
+    EXPECT_LT(schedule.phases[0].flows.front().dst, schedule.phases[0].flows.front().src);  // reduce: towards 0
+    EXPECT_GT(schedule.phases[1].flows.front().dst, schedule.phases[1].flows.front().src);  // broadcast: away
+  }
+}
+
+// The selector offers NCCL's tree the way NCCL runs it: the chain inside one node, the double
+// binary tree across nodes. With latency free, both move 2 n per member and the ring 2 (p-1)/p n,
+// so neither wins; with NVLink-like costs and many tiny all-reduces, the tree's latency decides.
+TEST(CollectiveChain, TheSelectorOffersItInsideOneNodeOnly) {
+  const LinkCosts latency_bound{1e-6, 1e-15, 1e-6, 1e-15};
+  const std::vector<int> one_node(8, 0);
+  for (double n : {1.0, KiB, MiB, GiB}) {
+    EXPECT_NE(select_algorithm(CollectiveKind::all_reduce, one_node, n, latency_bound), Algorithm::tree) << n;
+    EXPECT_NE(select_algorithm(CollectiveKind::all_reduce, own_nodes(64), n, latency_bound), Algorithm::chain) << n;
+  }
+  // Across 64 nodes of one member each, the binary tree's 2 log2 p steps beat the ring's 2 (p-1).
+  EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, own_nodes(64), 1.0, latency_bound), Algorithm::tree);
+  // Inside a node of 8 the chain's 13 steps lose to the ring's 14 only by one: the chain is chosen
+  // for the tiniest buffer, and with bandwidth mattering, the ring.
+  EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, one_node, 1.0, latency_bound), Algorithm::chain);
+  EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, one_node, GiB, kTwoTier), Algorithm::ring);
 }
 
 // NCCL's double binary tree: two spanning trees of depth ceil(log2 p); no member has more than

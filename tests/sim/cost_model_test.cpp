@@ -147,6 +147,14 @@ TEST(CostModelFile, ErrorsNameFileAndField) {
       kData + "bad_slowdown.yaml: interference.compute_slowdown: expected a slowdown factor from 1 to 100, got 0.5");
   EXPECT_EQ(apply_error("bad_nvls_tree.yaml"),
             kData + "bad_nvls_tree.yaml: network.nvls.tree_bandwidth_fraction: expected a fraction in (0, 1], got 0");
+  EXPECT_EQ(apply_error("bad_nvls_first_loop_alone.yaml"),
+            kData +
+                "bad_nvls_first_loop_alone.yaml: network.nvls: first_loop_fraction needs first_loop_mib (the bytes of "
+                "NVLS's first loop)");
+  EXPECT_EQ(apply_error("bad_nvls_first_loop_mib.yaml"),
+            kData +
+                "bad_nvls_first_loop_mib.yaml: network.nvls.first_loop_mib: expected more than 0 and up to 1048576 "
+                "MiB, got 0");
   EXPECT_EQ(apply_error("missing.yaml"), kData + "missing.yaml: cannot open file (No such file or directory)");
 }
 
@@ -374,6 +382,40 @@ TEST(Nvls, SimulatedTimeAndSelection) {
   EXPECT_THROW(sim::simulate(program, uniform_star(8), forced), InputError);
 }
 
+// Inside NCCL's first loop of chunks the reduce and multicast halves do not overlap: the engine adds
+// the model's share of up to its first loop, moved at NVLS's rate, and the selector weighs it.
+TEST(Nvls, ItsFirstLoopAddsTheShareNotOverlapped) {
+  sim::PlatformSpec platform = uniform_star(8, 100e9, 1e-6);
+  platform.cost.network.nvls_bandwidth_fraction = 0.8;
+  platform.cost.network.nvls_base_latency = 50e-6;
+  platform.cost.network.nvls_first_loop_fraction = 0.5;
+  platform.cost.network.nvls_first_loop_bytes = 16e6;
+  sim::SimOptions forced;
+  forced.algorithms[CollectiveKind::all_reduce] = sim::Algorithm::nvls;
+  for (double bytes : {8e6, 1e9}) {
+    core::Program program = empty_program({8}, {"world"});
+    add_collective(program, CollectiveKind::all_reduce, bytes, {0});
+    const sim::SimResult result = sim::simulate(program, platform, forced);
+    // Half of up to 16 MB again at 80 GB/s, 9/8 of it on every link: 56.25 us at 8 MB, 112.5 from 16 MB.
+    const double first_loop = 0.5 * std::min(bytes, 16e6) * 9 / 8 / 80e9;
+    const double expected = 50e-6 + 2 * 2e-6 + bytes * 9 / 8 / 80e9 + first_loop;
+    // Within SimGrid's timing precision (about 1e-11 s here).
+    EXPECT_NEAR(result.collectives[0].end - result.collectives[0].start, expected, 1e-6 * expected) << bytes;
+  }
+  sim::LinkCosts costs;
+  costs.nvls_beta = 1 / 80e9;
+  costs.nvls_first_loop_fraction = 0.5;
+  costs.nvls_first_loop_bytes = 16e6;
+  EXPECT_DOUBLE_EQ(sim::nvls_first_loop_seconds(8, 1e9, costs), 112.5e-6);
+  EXPECT_DOUBLE_EQ(sim::nvls_first_loop_seconds(1, 1e9, costs), 0);
+  // The H100 preset: 30 us and 0.64 of up to 24 MiB for NVLS; NVLSTree keeps its own 88 us.
+  const CostModel h100 = CostModel::preset("h100");
+  EXPECT_DOUBLE_EQ(h100.network.nvls_base_latency, 30e-6);
+  EXPECT_DOUBLE_EQ(h100.network.nvls_first_loop_fraction, 0.64);
+  EXPECT_DOUBLE_EQ(h100.network.nvls_first_loop_bytes, 24.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(h100.network.nvls_tree_launch(), 88e-6);
+}
+
 TEST(Nvls, H100PresetPicksItForLargeAllReducesInOneNode) {
   core::Program program = empty_program({8}, {"world"});
   add_collective(program, CollectiveKind::all_reduce, 256e6, {0});
@@ -382,6 +424,10 @@ TEST(Nvls, H100PresetPicksItForLargeAllReducesInOneNode) {
   core::Program across = empty_program({16}, {"world"});
   add_collective(across, CollectiveKind::all_reduce, 256e6, {0});
   EXPECT_NE(sim::simulate(across, sim::parse_platform("h100:nodes=2")).collectives[0].algorithm, "nvls");
+  // From 2 MiB, as NCCL's tuner picks it on one H100 node (30 us and its first loop, not 88 us).
+  core::Program small = empty_program({8}, {"world"});
+  add_collective(small, CollectiveKind::all_reduce, 2 << 20, {0});
+  EXPECT_EQ(sim::simulate(small, sim::parse_platform("h100")).collectives[0].algorithm, "nvls");
 }
 
 // Nodes of 8 (NVLink 400 GB/s, one 50 GB/s NIC per GPU) whose switches reduce: NVLS at 0.9 of the

@@ -82,7 +82,7 @@ std::string name_of(const ::testing::TestParamInfo<std::tuple<Algorithm, int>>& 
 
 INSTANTIATE_TEST_SUITE_P(Flat, Exactness,
                          ::testing::Combine(::testing::Values(Algorithm::ring, Algorithm::tree,
-                                                              Algorithm::recursive_halving_doubling),
+                                                              Algorithm::recursive_halving_doubling, Algorithm::chain),
                                             ::testing::Values(2, 3, 4, 5, 8, 16, 64, 256, 1024, 4096)),
                          name_of);
 // Direct is O(p^2) concurrent flows per phase (65,280 at p = 256, 16.7 M at p = 4,096), and

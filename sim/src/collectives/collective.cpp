@@ -28,7 +28,7 @@ std::string normalized(std::string_view text) {
 }
 
 // The first name of an algorithm is the one reports print; the rest are accepted aliases.
-constexpr core::EnumNames<Algorithm, 13> kAlgorithmNames{
+constexpr core::EnumNames<Algorithm, 14> kAlgorithmNames{
     {{{Algorithm::automatic, "auto"},
       {Algorithm::ring, "ring"},
       {Algorithm::tree, "tree"},
@@ -37,6 +37,7 @@ constexpr core::EnumNames<Algorithm, 13> kAlgorithmNames{
       {Algorithm::hierarchical, "hierarchical"},
       {Algorithm::nvls, "nvls"},
       {Algorithm::nvls_tree, "nvls_tree"},
+      {Algorithm::chain, "chain"},
       {Algorithm::automatic, "automatic"},
       {Algorithm::tree, "double_binary_tree"},
       {Algorithm::nvls_tree, "nvlstree"},  // NCCL_ALGO's spelling
@@ -51,11 +52,13 @@ std::string_view algorithm_name(Algorithm algorithm) { return kAlgorithmNames.na
 std::optional<Algorithm> parse_algorithm(std::string_view text) { return kAlgorithmNames.parse(normalized(text)); }
 
 // `auto` implements everything (it resolves to ring at worst); tree is all-reduce and broadcast;
-// a scatter is only ever direct (root to each member), as both NCCL and Gloo run it.
+// chain, nvls and nvls_tree all-reduce only; a scatter is only ever direct (root to each member),
+// as both NCCL and Gloo run it.
 bool implements(Algorithm algorithm, CollectiveKind kind) {
   if (kind == CollectiveKind::scatter) return algorithm == Algorithm::direct || algorithm == Algorithm::automatic;
   if (algorithm == Algorithm::tree) return kind == CollectiveKind::all_reduce || kind == CollectiveKind::broadcast;
-  if (algorithm == Algorithm::nvls || algorithm == Algorithm::nvls_tree) return kind == CollectiveKind::all_reduce;
+  if (algorithm == Algorithm::nvls || algorithm == Algorithm::nvls_tree || algorithm == Algorithm::chain)
+    return kind == CollectiveKind::all_reduce;
   return true;
 }
 
@@ -101,6 +104,9 @@ Schedule build_schedule(CollectiveKind kind, Algorithm algorithm, const std::vec
         break;
       case Algorithm::nvls:
         schedule = nvls_schedule(p, bytes);
+        break;
+      case Algorithm::chain:
+        schedule = chain_schedule(p, bytes);
         break;
       case Algorithm::automatic:
       case Algorithm::hierarchical:
@@ -176,6 +182,8 @@ double closed_form_time(CollectiveKind kind, Algorithm algorithm, int p, double 
       return direct_closed_form(kind, p, bytes, alpha, beta);
     case Algorithm::nvls:
       return nvls_closed_form(p, bytes, alpha, beta);
+    case Algorithm::chain:
+      return chain_closed_form(p, bytes, alpha, beta);
     case Algorithm::automatic:
     case Algorithm::hierarchical:
     case Algorithm::nvls_tree:

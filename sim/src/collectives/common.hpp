@@ -176,6 +176,10 @@ Schedule tree_all_reduce(int p, double bytes, int full);
 Schedule tree_schedule(CollectiveKind kind, int p, double bytes);
 double tree_closed_form(CollectiveKind kind, int p, double n, double a, double b);
 
+// chain.cpp: NCCL's tree all-reduce inside one node, a pipelined chain of the p members.
+Schedule chain_schedule(int p, double bytes);
+double chain_closed_form(int p, double n, double a, double b);
+
 // rhd.cpp: recursive halving / doubling, van de Geijn broadcast, Bruck all-to-all.
 Schedule rhd_schedule(CollectiveKind kind, int p, double bytes);
 double rhd_closed_form(CollectiveKind kind, int p, double n, double a, double b);

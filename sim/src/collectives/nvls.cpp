@@ -13,6 +13,7 @@
 
 #include "common.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace stratsim::sim::collectives {
@@ -31,3 +32,15 @@ double nvls_pair_bytes(int p, double n) { return n * (p + 1) / (static_cast<doub
 double nvls_closed_form(int p, double n, double a, double b) { return 2 * a + n * (p + 1) / p * b; }
 
 }  // namespace stratsim::sim::collectives
+
+namespace stratsim::sim {
+
+// Fitted on 8 H100s (sim/cost-models/h100.yaml): without it a fixed cost fitted at 64 MiB and
+// above (88 us) gave NVLS 30-56 % too little busbw at 2-8 MiB, and the selector never ran it below
+// 32 MiB.
+double nvls_first_loop_seconds(int p, double bytes, const LinkCosts& costs) {
+  if (!(costs.nvls_first_loop_fraction > 0) || p < 2) return 0;
+  return costs.nvls_first_loop_fraction * std::min(bytes, costs.nvls_first_loop_bytes) * (p + 1) / p * costs.nvls_beta;
+}
+
+}  // namespace stratsim::sim

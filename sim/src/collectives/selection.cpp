@@ -75,13 +75,15 @@ double nvls_tree_time(const NodeLayout& layout, double bytes, const LinkCosts& c
     fill = fill_chunk(*simple, tree_chunk_limit(layout.g(), bytes)) * (2 * dtree_depth(layout.m()) - 1) *
            under_protocol.beta_inter;
   }
-  return costs.nvls_launch + nvls_tree_closed_form_time(layout.g(), layout.m(), bytes, under_protocol) + steps + fill;
+  return costs.nvls_tree_launch + nvls_tree_closed_form_time(layout.g(), layout.m(), bytes, under_protocol) + steps +
+         fill;
 }
 
 double candidate_time(CollectiveKind kind, Algorithm algorithm, const std::vector<int>& member_nodes,
                       const NodeLayout& layout, double bytes, const LinkCosts& costs, const NetworkModel* network) {
   if (algorithm == Algorithm::nvls)
-    return costs.nvls_launch + 2 * costs.alpha_intra + bytes * (layout.g() + 1) / layout.g() * costs.nvls_beta;
+    return costs.nvls_launch + 2 * costs.alpha_intra + bytes * (layout.g() + 1) / layout.g() * costs.nvls_beta +
+           nvls_first_loop_seconds(layout.g(), bytes, costs);
   if (algorithm == Algorithm::nvls_tree) return nvls_tree_time(layout, bytes, costs, network);
   if (network && !network->protocols.empty()) {
     ScheduleCost parts;
@@ -103,14 +105,15 @@ double candidate_time(CollectiveKind kind, Algorithm algorithm, const std::vecto
 }
 
 // What NCCL itself would consider: rings (across nodes, a channel per NIC) and double binary trees
-// for reductions, rings for all-gather and reduce-scatter, point-to-point for all-to-all;
-// hierarchical stands for NCCL's tree across nodes and for its PXN all-to-all. Pure alpha-beta
-// would otherwise pick recursive halving-doubling or direct at every size (they have ring's
-// bandwidth term with fewer latency terms), which NCCL never runs; they stay available by name.
+// for reductions (inside one node NCCL's tree is a chain: chain.cpp), rings for all-gather and reduce-scatter,
+// point-to-point for all-to-all; hierarchical stands for NCCL's tree across nodes and for its PXN all-to-all. Pure
+// alpha-beta would otherwise pick recursive halving-doubling or direct at every size (they have ring's bandwidth term
+// with fewer latency terms), which NCCL never runs; they stay available by name.
 std::vector<Algorithm> nccl_candidates(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::all_reduce:
-      return {Algorithm::ring, Algorithm::tree, Algorithm::hierarchical, Algorithm::nvls, Algorithm::nvls_tree};
+      return {Algorithm::ring,         Algorithm::tree, Algorithm::chain,
+              Algorithm::hierarchical, Algorithm::nvls, Algorithm::nvls_tree};
     case CollectiveKind::broadcast:  // NCCL broadcasts over rings only (trees are all-reduce's)
     case CollectiveKind::all_gather:
     case CollectiveKind::reduce_scatter:
@@ -257,6 +260,8 @@ Algorithm select_algorithm(CollectiveKind kind, const std::vector<int>& member_n
     if (!implements(algorithm, kind)) continue;
     if (algorithm == Algorithm::direct && p > kDirectMaxMembers) continue;
     if (algorithm == Algorithm::hierarchical && !layout.hierarchical()) continue;
+    // NCCL's tree is the chain inside one node and the double binary tree across nodes.
+    if (algorithm == (layout.m() == 1 ? Algorithm::tree : Algorithm::chain)) continue;
     if (algorithm == Algorithm::nvls && (costs.nvls_beta <= 0 || layout.m() != 1)) continue;
     if (algorithm == Algorithm::nvls_tree && (costs.nvls_tree_beta <= 0 || !layout.hierarchical())) continue;
     const double time = candidate_time(kind, algorithm, member_nodes, layout, bytes, costs, network);

@@ -21,9 +21,20 @@
 namespace stratsim::sim {
 
 // nvls_tree is NCCL's NVLSTree: NVLS inside each node, the rails' double binary trees across nodes.
-enum class Algorithm { automatic, ring, tree, recursive_halving_doubling, direct, hierarchical, nvls, nvls_tree };
+// chain is NCCL's tree all-reduce inside one node: a chain of the node's members (chain.cpp).
+enum class Algorithm {
+  automatic,
+  ring,
+  tree,
+  recursive_halving_doubling,
+  direct,
+  hierarchical,
+  nvls,
+  nvls_tree,
+  chain
+};
 
-// "ring", "tree", "rhd", "direct", "hierarchical", "nvls", "nvls_tree", "auto"
+// "ring", "tree", "rhd", "direct", "hierarchical", "nvls", "nvls_tree", "chain", "auto"
 std::string_view algorithm_name(Algorithm algorithm);
 std::optional<Algorithm> parse_algorithm(std::string_view text);
 
@@ -93,7 +104,16 @@ struct LinkCosts {
   // own) and seconds per byte on a GPU's link, alone and inside NVLSTree; nvls_beta = 0 when the
   // platform's switches cannot reduce.
   double nvls_launch = 0, nvls_beta = 0, nvls_tree_beta = 0;
+  double nvls_tree_launch = 0;
+  // NVLS's first loop (NetworkModel::nvls_first_loop_fraction): that share of up to that many bytes
+  // moves again at nvls_beta, since the reduce and multicast halves do not overlap there.
+  double nvls_first_loop_fraction = 0, nvls_first_loop_bytes = 0;
 };
+
+// The seconds NVLS adds for its first loop on p members of one node (0 when the costs have none):
+// first_loop_fraction x min(bytes, first_loop_bytes), moved as NVLS moves it, (p+1)/p of it on
+// every member's link.
+double nvls_first_loop_seconds(int p, double bytes, const LinkCosts& costs);
 
 // Closed-form time on a uniform platform (every member pair alpha, beta; each member sends and
 // receives over its own link): the formulas of simulators.md section 5.
@@ -106,7 +126,7 @@ double hierarchical_closed_form_time(core::CollectiveKind kind, int g, int m, do
 double ring_across_nodes_closed_form_time(core::CollectiveKind kind, int g, int m, double bytes,
                                           const LinkCosts& costs);
 // NVLSTree all-reduce on the same shape: NVLS inside the nodes (costs.nvls_tree_beta), the rails' trees
-// across them; the route latencies only (the NVLS launch, costs.nvls_launch, is not included).
+// across them; the route latencies only (its launch, costs.nvls_tree_launch, is not included).
 double nvls_tree_closed_form_time(int g, int m, double bytes, const LinkCosts& costs);
 
 // Estimated idle-platform time of a schedule: for each phase, latency_steps * alpha plus the

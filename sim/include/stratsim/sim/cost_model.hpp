@@ -74,6 +74,14 @@ struct NetworkModel {
   // cannot (A100's NVSwitch, CPU hosts). Its link share and latency are its own, not a protocol's.
   double nvls_bandwidth_fraction = 0;
   double nvls_base_latency = 0;
+  // NCCL's NVLS pipelines its reduce and multicast halves over loops of chunks (its channels x the
+  // members x 128 KiB: 16 MiB on 8 H100s), so inside the first loop they do not overlap: that
+  // share of the first `nvls_first_loop_bytes` moves on top, at NVLS's rate. 0: none.
+  double nvls_first_loop_fraction = 0;
+  double nvls_first_loop_bytes = 0;
+  // NVLSTree's fixed cost (its trees' chunk pipeline fills through the protocol); 0: NVLS's.
+  double nvls_tree_base_latency = 0;
+  double nvls_tree_launch() const { return nvls_tree_base_latency > 0 ? nvls_tree_base_latency : nvls_base_latency; }
   // NVLS's share inside NVLSTree (all-reduce across nodes), where the same SMs also drive the
   // network and the tree's sums; 0: nvls_bandwidth_fraction.
   double nvls_tree_bandwidth_fraction = 0;
