@@ -157,7 +157,7 @@ const Register simulate_command("simulate", [](CLI::App& app) {
   cmd->add_option("--trace", args->trace, "Write a Chrome-trace JSON timeline (Perfetto, chrome://tracing, HTA)");
   cmd->add_option("--timeline", args->timeline, "Write the stratsim timeline JSON (the viewer's format)");
   cmd->add_option("--algorithm", args->algorithms,
-                  "Force an algorithm: KIND=ring|tree|rhd|direct|hierarchical|nvls|nvls_tree|auto (repeatable)");
+                  "Force an algorithm: KIND=ring|tree|chain|rhd|direct|hierarchical|nvls|nvls_tree|auto (repeatable)");
   cmd->add_option("--compute-model", args->compute_model,
                   "JSON/YAML file overriding the roofline efficiencies per op class");
   cmd->add_option("--ranks", args->ranks,

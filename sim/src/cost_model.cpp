@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <map>
@@ -150,9 +151,112 @@ Protocol read_protocol(const core::JsonReader& node) {
   return protocol;
 }
 
+// ---- network.tuner: NCCL's tuning.cc constants and the graphs of the preset's node.
+
+// Exactly `count` numbers from 0 to `most`.
+template <std::size_t N>
+std::array<double, N> read_fixed(const core::JsonReader& node, double most, const char* what) {
+  node.expect_array();
+  if (node.size() != N) node.fail(fmt::format("expected {} numbers ({}), got {}", N, what, node.size()));
+  std::array<double, N> values{};
+  for (std::size_t i = 0; i < N; ++i) {
+    values[i] = node.at(i).as_number();
+    if (!(values[i] >= 0 && values[i] <= most))
+      node.at(i).fail(fmt::format("expected a number from 0 to {}, got {}", most, values[i]));
+  }
+  return values;
+}
+
+// {tree: [LL, LL128, Simple], ring: [..], nvls: [..], nvls_tree: [..]} in microseconds, as seconds.
+PerAlgorithm read_latencies(const core::JsonReader& node) {
+  node.expect_object();
+  node.allow_only({"tree", "ring", "nvls", "nvls_tree"});
+  PerAlgorithm table{};
+  const char* names[kNcclAlgorithms] = {"tree", "ring", "nvls", "nvls_tree"};
+  for (int a = 0; a < kNcclAlgorithms; ++a) {
+    table[a] = read_fixed<kNcclProtocols>(node.at(names[a]), 1e6, "microseconds for LL, LL128 and Simple");
+    for (double& us : table[a]) us *= 1e-6;
+  }
+  return table;
+}
+
+double read_bounded(const core::JsonReader& node, double least, double most, const char* unit) {
+  const double value = node.as_number();
+  if (!(value >= least && value <= most))
+    node.fail(fmt::format("expected {} from {} to {}, got {}", unit, least, most, value));
+  return value;
+}
+
+TunerGraph read_graph(const core::JsonReader& node) {
+  node.expect_object();
+  node.allow_only({"channels", "gbps_intra", "gbps_inter"});
+  TunerGraph graph;
+  graph.channels = static_cast<int>(read_bounded(node.at("channels"), 1, 64, "channels"));
+  if (graph.channels != node.at("channels").as_int()) node.at("channels").fail("expected a whole number of channels");
+  graph.bw_intra = read_bounded(node.at("gbps_intra"), 0, 1e4, "GB/s");
+  graph.bw_inter = read_bounded(node.at("gbps_inter"), 0, 1e4, "GB/s");
+  return graph;
+}
+
+// One node class's graphs: {ring: .., tree: .., nvls: .., tree_balanced: bool, comm_channels: n}.
+TunerGraphs read_graphs(const core::JsonReader& node) {
+  node.expect_object();
+  node.allow_only({"ring", "tree", "nvls", "tree_balanced", "comm_channels"});
+  TunerGraphs graphs;
+  graphs.ring = read_graph(node.at("ring"));
+  graphs.tree = read_graph(node.at("tree"));
+  if (node.has("nvls")) graphs.nvls = read_graph(node.at("nvls"));
+  graphs.tree_balanced = node.get_bool("tree_balanced", true);
+  graphs.comm_channels = static_cast<int>(read_bounded(node.at("comm_channels"), 1, 64, "channels"));
+  return graphs;
+}
+
+void read_tuner(const core::JsonReader& node, NetworkModel& network) {
+  node.expect_object();
+  node.allow_only({"gpus_per_node", "base_latency_us", "hw_latency_us", "ll_max_gbps",
+                   "ring_ll128_max_gbps_per_channel", "tree_ll128_max_gbps_per_channel", "tree_max_gbps_per_channel",
+                   "nvls_tree_max_gbps_per_channel", "nvls_efficiency", "net_overhead_us", "tree_correction", "graphs",
+                   "source"});
+  NcclTuner tuner;
+  const std::int64_t gpus = node.at("gpus_per_node").as_int();
+  if (gpus < 2 || gpus > 1024) node.at("gpus_per_node").fail(fmt::format("expected 2 to 1024 GPUs, got {}", gpus));
+  tuner.gpus_per_node = static_cast<int>(gpus);
+  tuner.base_latency = read_latencies(node.at("base_latency_us"));
+  const core::JsonReader hw = node.at("hw_latency_us");
+  hw.expect_object();
+  hw.allow_only({"nvlink", "net"});
+  tuner.hw_latency_nvlink = read_latencies(hw.at("nvlink"));
+  tuner.hw_latency_net = read_latencies(hw.at("net"));
+  const char* classes = "one node, two nodes, three and more";
+  tuner.ll_max_bw = read_fixed<kNodeClasses>(node.at("ll_max_gbps"), 1e4, classes);
+  tuner.ring_ll128_max_bw = read_fixed<kNodeClasses>(node.at("ring_ll128_max_gbps_per_channel"), 1e4, classes);
+  tuner.tree_ll128_max_bw = read_fixed<kNodeClasses>(node.at("tree_ll128_max_gbps_per_channel"), 1e4, classes);
+  tuner.tree_max_bw = read_fixed<kNodeClasses>(node.at("tree_max_gbps_per_channel"), 1e4, classes);
+  tuner.nvls_tree_max_bw = read_fixed<kNodeClasses>(node.at("nvls_tree_max_gbps_per_channel"), 1e4, classes);
+  tuner.nvls_efficiency = read_fraction(node.at("nvls_efficiency"));
+  tuner.net_overhead = read_microseconds(node.at("net_overhead_us"));
+  const core::JsonReader correction = node.at("tree_correction");
+  correction.expect_object();
+  correction.allow_only({"LL", "LL128", "Simple"});
+  const char* protocols[kNcclProtocols] = {"LL", "LL128", "Simple"};
+  for (int p = 0; p < kNcclProtocols; ++p) {
+    tuner.tree_correction[p] =
+        read_numbers(correction.at(protocols[p]), "a factor in (0, 1]", [](double v) { return v > 0 && v <= 1; });
+    if (tuner.tree_correction[p].size() > 64)
+      correction.at(protocols[p]).fail("expected at most 64 factors (64 B to 2^69 B)");
+  }
+  const core::JsonReader graphs = node.at("graphs");
+  graphs.expect_object();
+  graphs.allow_only({"one_node", "across_nodes"});
+  tuner.one_node = read_graphs(graphs.at("one_node"));
+  tuner.across_nodes = read_graphs(graphs.at("across_nodes"));
+  network.tuner = std::move(tuner);
+}
+
 void read_network(const core::JsonReader& node, NetworkModel& network) {
   node.expect_object();
-  node.allow_only({"link_efficiency", "protocols", "nvls", "algorithms", "per_kind", "source"});
+  node.allow_only({"link_efficiency", "protocols", "nvls", "algorithms", "per_kind", "tuner", "source"});
+  if (node.has("tuner")) read_tuner(node.at("tuner"), network);
   if (node.has("per_kind")) {
     // Keys: a kind ("all_reduce") or a kind and a dtype ("all_reduce/float16").
     const core::JsonReader kinds = node.at("per_kind");
@@ -298,12 +402,15 @@ const Protocol* choose_protocol(const NetworkModel& network, double bytes, const
   return best;
 }
 
-const Protocol* nvls_protocol(const NetworkModel& network) {
+const Protocol* find_protocol(const NetworkModel& network, std::string_view name) {
   for (const Protocol& protocol : network.protocols)
-    if (std::ranges::equal(protocol.name, std::string_view("simple"),
-                           [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; }))
+    if (std::ranges::equal(protocol.name, name, [](char a, char b) {
+          return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+        }))
       return &protocol;
   return nullptr;
 }
+
+const Protocol* nvls_protocol(const NetworkModel& network) { return find_protocol(network, "Simple"); }
 
 }  // namespace stratsim::sim

@@ -125,7 +125,9 @@ class Simulation {
   void drive_instances(const ProgramOp& op, const std::vector<int>& instances, double slowdown);
   void drive_instance(const ProgramOp& op, int instance, double slowdown);
   double one_rank_copy_seconds(const ProgramOp& op) const;
-  const Protocol* protocol_for(const ProgramOp& op, const Schedule& schedule, const std::vector<int>& member_nodes);
+  const Protocol* protocol_for(const ProgramOp& op, int instance, Algorithm algorithm, const Schedule& schedule,
+                               const std::vector<int>& member_nodes);
+  const Protocol* tuner_protocol(const ProgramOp& op, int instance, Algorithm algorithm);
   void record(const ProgramOp& op, int instance, Algorithm algorithm, const Protocol* protocol, double start,
               double end);
   const std::vector<int>& group_members(const ProgramOp& op, int instance) const {
@@ -179,6 +181,8 @@ class Simulation {
   std::map<std::tuple<int, int, double, int, std::vector<int>>, Schedule> schedule_cache_;
   std::map<std::tuple<int, double, int, int>, Algorithm> algorithm_cache_;  // kind, bytes, group, full instance
   std::map<const Schedule*, const Protocol*> protocol_cache_;
+  // NCCL's tuner's protocol for an algorithm on a full instance (null: the tuner does not apply).
+  std::map<std::tuple<int, double, int, int, int>, const Protocol*> tuner_protocol_cache_;
   std::map<const Schedule*, ScheduleCost> flows_cost_cache_;  // a measured curve's flows alone, per schedule //
                                                               // schedule_cache_ entries are stable
   std::int64_t flows_ = 0;
@@ -540,10 +544,31 @@ int Simulation::nodes_spanned(const ProgramOp& op, int instance) {
   return static_cast<int>(nodes.size());
 }
 
-// The NCCL protocol a schedule runs under the cost model, chosen once per schedule.
-const Protocol* Simulation::protocol_for(const ProgramOp& op, const Schedule& schedule,
-                                         const std::vector<int>& member_nodes) {
+// The protocol NCCL's tuner pairs with `algorithm` on the op's full group (NCCL_ALGO set, it still
+// picks the protocol), where the model has a tuner that applies to the group; else null.
+const Protocol* Simulation::tuner_protocol(const ProgramOp& op, int instance, Algorithm algorithm) {
+  const NetworkModel& network = platform_.cost.network;
+  if (!network.tuner) return nullptr;
+  const int full_instance = folding_.groups[op.group].stands_for[instance].front();
+  const auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<double>(op.bytes), op.group, full_instance,
+                                   static_cast<int>(algorithm));
+  auto [it, inserted] = tuner_protocol_cache_.try_emplace(key, nullptr);
+  if (inserted) {
+    std::vector<int> member_nodes;
+    for (int rank : full_instances(op.group)[full_instance]) member_nodes.push_back(built_.node_of[rank]);
+    const std::optional<TunerChoice> choice =
+        nccl_tuner_choice(*network.tuner, op.kind, member_nodes, static_cast<double>(op.bytes), costs_, algorithm);
+    if (choice) it->second = find_protocol(network, nccl_protocol_name(choice->protocol));
+  }
+  return it->second;
+}
+
+// The NCCL protocol a collective runs under the cost model: a measured entry's, else the tuner's,
+// else the one with the lowest estimate for its schedule (chosen once per schedule).
+const Protocol* Simulation::protocol_for(const ProgramOp& op, int instance, Algorithm algorithm,
+                                         const Schedule& schedule, const std::vector<int>& member_nodes) {
   if (const Protocol* entry = measured_entry(op); entry && entry->has_line) return entry;
+  if (const Protocol* tuned = tuner_protocol(op, instance, algorithm)) return tuned;
   auto [it, inserted] = protocol_cache_.try_emplace(&schedule, nullptr);
   if (inserted) {
     const ScheduleCost cost = estimate_parts(schedule, member_nodes, costs_);
@@ -581,8 +606,8 @@ void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdo
   const Protocol* protocol = curve                               ? entry
                              : !schedule                         ? nullptr
                              : algorithm == Algorithm::nvls_tree ? nvls_protocol(network)
-                             : !nvls                             ? protocol_for(op, *schedule, member_nodes)
-                                                                 : nullptr;
+                             : !nvls ? protocol_for(op, instance, algorithm, *schedule, member_nodes)
+                                     : nullptr;
   slot.protocol = protocol;
   const double overhead = curve                               ? 0
                           : algorithm == Algorithm::nvls      ? network.nvls_base_latency

@@ -253,6 +253,11 @@ Algorithm select_algorithm(CollectiveKind kind, const std::vector<int>& member_n
   const int p = static_cast<int>(member_nodes.size());
   if (p == 1 || bytes == 0) return Algorithm::ring;  // nothing moves; any choice costs 0
 
+  // NCCL's own choice where the model has its tuner and the group fills whole nodes of its shape.
+  if (network && network->tuner)
+    if (const std::optional<TunerChoice> choice = nccl_tuner_choice(*network->tuner, kind, member_nodes, bytes, costs))
+      return choice->algorithm;
+
   const NodeLayout layout = node_layout(member_nodes);
   Algorithm best = Algorithm::ring;
   double best_time = std::numeric_limits<double>::infinity();

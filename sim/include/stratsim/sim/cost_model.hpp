@@ -10,19 +10,23 @@
 //    peak math and HBM bandwidth per op class, a kernel launch floor;
 //  - the network: achieved fraction of each link class's rate, and NCCL's protocols (LL, LL128,
 //    Simple), each with the share of the link that carries data and its latencies; a collective
-//    runs the protocol with the lowest estimated time, as NCCL's tuner picks;
+//    runs the algorithm and protocol NCCL's tuner picks where the model has it (nccl_tuner.hpp),
+//    else the protocol with the lowest estimated time;
 //  - interference: compute and communication kernels that run at the same time on one device
 //    slow each other (SMs and HBM shared; on a CPU host, cores).
 #pragma once
 
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "stratsim/core/json_reader.hpp"
 #include "stratsim/sim/collective.hpp"
 #include "stratsim/sim/device.hpp"
+#include "stratsim/sim/nccl_tuner.hpp"
 
 namespace stratsim::sim {
 
@@ -100,6 +104,9 @@ struct NetworkModel {
   // The same for one dtype of a kind ("all_reduce/float16": Gloo reduces half precision in
   // software, slower than float32); looked up before per_kind.
   std::map<std::pair<core::CollectiveKind, core::DType>, Protocol> per_kind_dtype;
+  // NCCL's own cost model, where the model has it: the selector chooses the algorithm and protocol
+  // it would (nccl_tuner.hpp), and the engine prices what then runs. None: the lowest own estimate.
+  std::optional<NcclTuner> tuner;
 };
 
 struct Interference {
@@ -138,5 +145,7 @@ const Protocol* choose_protocol(const NetworkModel& network, double bytes, const
 // The protocol NVLS algorithms run under: Simple, the only one NCCL pairs NVLS and NVLSTree with.
 // Null when the model has no protocol of that name (the ideal one: whole link, no step latency).
 const Protocol* nvls_protocol(const NetworkModel& network);
+// The model's protocol of that name (case-insensitive), or null.
+const Protocol* find_protocol(const NetworkModel& network, std::string_view name);
 
 }  // namespace stratsim::sim
