@@ -390,6 +390,10 @@ TEST(CollectiveChain, TheSelectorOffersItInsideOneNodeOnly) {
   // for the tiniest buffer, and with bandwidth mattering, the ring.
   EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, one_node, 1.0, latency_bound), Algorithm::chain);
   EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, one_node, GiB, kTwoTier), Algorithm::ring);
+  // Two members: the chain would win every size by one route latency; NCCL runs the ring there.
+  for (double n : {1.0, MiB, GiB})
+    EXPECT_EQ(select_algorithm(CollectiveKind::all_reduce, std::vector<int>(2, 0), n, latency_bound), Algorithm::ring)
+        << n;
 }
 
 // NCCL's double binary tree: two spanning trees of depth ceil(log2 p); no member has more than

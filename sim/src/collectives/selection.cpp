@@ -265,8 +265,11 @@ Algorithm select_algorithm(CollectiveKind kind, const std::vector<int>& member_n
     if (!implements(algorithm, kind)) continue;
     if (algorithm == Algorithm::direct && p > kDirectMaxMembers) continue;
     if (algorithm == Algorithm::hierarchical && !layout.hierarchical()) continue;
-    // NCCL's tree is the chain inside one node and the double binary tree across nodes.
+    // NCCL's tree is the chain inside one node and the double binary tree across nodes. A chain of
+    // two moves what the ring does over the same link, one route latency sooner by the pipeline's
+    // count; NCCL's tuner halves a tree's bandwidth and runs the ring at every size there.
     if (algorithm == (layout.m() == 1 ? Algorithm::tree : Algorithm::chain)) continue;
+    if (algorithm == Algorithm::chain && p < 3) continue;
     if (algorithm == Algorithm::nvls && (costs.nvls_beta <= 0 || layout.m() != 1)) continue;
     if (algorithm == Algorithm::nvls_tree && (costs.nvls_tree_beta <= 0 || !layout.hierarchical())) continue;
     const double time = candidate_time(kind, algorithm, member_nodes, layout, bytes, costs, network);
