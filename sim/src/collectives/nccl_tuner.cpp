@@ -12,6 +12,7 @@
 
 namespace stratsim::sim {
 
+using collectives::floor_log2;
 using collectives::node_layout;
 using collectives::NodeLayout;
 
@@ -27,8 +28,6 @@ int ring_steps(core::CollectiveKind kind, int ranks) {
   if (kind == core::CollectiveKind::broadcast) return ranks;
   return ranks - 1;
 }
-
-int floor_log2(int n) { return n <= 1 ? 0 : static_cast<int>(std::bit_width(static_cast<unsigned>(n))) - 1; }
 
 // Bus bandwidth in GB/s, as tuning.cc refines the graph's channels x GB/s, then converted to the
 // algorithm bandwidth (bytes / time) the time divides by. 0: not run.
