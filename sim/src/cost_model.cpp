@@ -172,10 +172,10 @@ PerAlgorithm read_latencies(const core::JsonReader& node) {
   node.expect_object();
   node.allow_only({"tree", "ring", "nvls", "nvls_tree"});
   PerAlgorithm table{};
-  const char* names[kNcclAlgorithms] = {"tree", "ring", "nvls", "nvls_tree"};
-  for (int a = 0; a < kNcclAlgorithms; ++a) {
-    table[a] = read_fixed<kNcclProtocols>(node.at(names[a]), 1e6, "microseconds for LL, LL128 and Simple");
-    for (double& us : table[a]) us *= 1e-6;
+  for (const auto& [algorithm, name] : kNcclAlgorithmNames.entries) {
+    std::array<double, kNcclProtocols>& row = table[static_cast<int>(algorithm)];
+    row = read_fixed<kNcclProtocols>(node.at(std::string(name)), 1e6, "microseconds for LL, LL128 and Simple");
+    for (double& us : row) us *= 1e-6;
   }
   return table;
 }
@@ -187,12 +187,17 @@ double read_bounded(const core::JsonReader& node, double least, double most, con
   return value;
 }
 
+int read_channels(const core::JsonReader& node) {
+  const std::int64_t channels = node.as_int();
+  if (channels < 1 || channels > 64) node.fail(fmt::format("expected channels from 1 to 64, got {}", channels));
+  return static_cast<int>(channels);
+}
+
 TunerGraph read_graph(const core::JsonReader& node) {
   node.expect_object();
   node.allow_only({"channels", "gbps_intra", "gbps_inter"});
   TunerGraph graph;
-  graph.channels = static_cast<int>(read_bounded(node.at("channels"), 1, 64, "channels"));
-  if (graph.channels != node.at("channels").as_int()) node.at("channels").fail("expected a whole number of channels");
+  graph.channels = read_channels(node.at("channels"));
   graph.bw_intra = read_bounded(node.at("gbps_intra"), 0, 1e4, "GB/s");
   graph.bw_inter = read_bounded(node.at("gbps_inter"), 0, 1e4, "GB/s");
   return graph;
@@ -207,7 +212,7 @@ TunerGraphs read_graphs(const core::JsonReader& node) {
   graphs.tree = read_graph(node.at("tree"));
   if (node.has("nvls")) graphs.nvls = read_graph(node.at("nvls"));
   graphs.tree_balanced = node.get_bool("tree_balanced", true);
-  graphs.comm_channels = static_cast<int>(read_bounded(node.at("comm_channels"), 1, 64, "channels"));
+  graphs.comm_channels = read_channels(node.at("comm_channels"));
   return graphs;
 }
 
@@ -238,12 +243,11 @@ void read_tuner(const core::JsonReader& node, NetworkModel& network) {
   const core::JsonReader correction = node.at("tree_correction");
   correction.expect_object();
   correction.allow_only({"LL", "LL128", "Simple"});
-  const char* protocols[kNcclProtocols] = {"LL", "LL128", "Simple"};
-  for (int p = 0; p < kNcclProtocols; ++p) {
-    tuner.tree_correction[p] =
-        read_numbers(correction.at(protocols[p]), "a factor in (0, 1]", [](double v) { return v > 0 && v <= 1; });
-    if (tuner.tree_correction[p].size() > 64)
-      correction.at(protocols[p]).fail("expected at most 64 factors (64 B to 2^69 B)");
+  for (const auto& [protocol, name] : kNcclProtocolNames.entries) {
+    const core::JsonReader factors = correction.at(std::string(name));
+    std::vector<double>& row = tuner.tree_correction[static_cast<int>(protocol)];
+    row = read_numbers(factors, "a factor in (0, 1]", [](double v) { return v > 0 && v <= 1; });
+    if (row.size() > 64) factors.fail("expected at most 64 factors (64 B to 2^69 B)");
   }
   const core::JsonReader graphs = node.at("graphs");
   graphs.expect_object();

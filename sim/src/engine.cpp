@@ -558,7 +558,7 @@ const Protocol* Simulation::tuner_protocol(const ProgramOp& op, int instance, Al
     for (int rank : full_instances(op.group)[full_instance]) member_nodes.push_back(built_.node_of[rank]);
     const std::optional<TunerChoice> choice =
         nccl_tuner_choice(*network.tuner, op.kind, member_nodes, static_cast<double>(op.bytes), costs_, algorithm);
-    if (choice) it->second = find_protocol(network, nccl_protocol_name(choice->protocol));
+    if (choice) it->second = find_protocol(network, kNcclProtocolNames.name(choice->protocol));
   }
   return it->second;
 }

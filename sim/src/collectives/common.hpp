@@ -151,6 +151,12 @@ struct NodeLayout {
 
 // Nodes in order of first appearance; a member's local index is its order within its node.
 NodeLayout node_layout(const std::vector<int>& member_nodes);
+// Whether the selector offers `algorithm` for `kind` on a group of this layout (selection.cpp): the
+// shape it needs (hierarchical and nvls_tree across even nodes, nvls and the chain inside one),
+// NVLS only where the switches reduce (costs), NCCL's tree as the chain inside a node (from 3
+// members) and the double binary tree across nodes, direct up to 64 members. The NCCL tuner's
+// choice is made among the same.
+bool offered(Algorithm algorithm, CollectiveKind kind, const NodeLayout& layout, const LinkCosts& costs);
 // node_layout, or std::invalid_argument unless every node holds the same number (>= 2) of
 // members and there are at least 2 nodes (the message names `algorithm`).
 NodeLayout require_hierarchical_layout(const std::vector<int>& member_nodes, std::string_view algorithm);

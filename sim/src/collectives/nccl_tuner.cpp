@@ -51,8 +51,8 @@ double algorithm_bandwidth(const NcclTuner& tuner, core::CollectiveKind kind, Nc
                                                              : std::numeric_limits<double>::infinity();
     bw = std::min({intra, inter, cap});
   }
-  double bus = graph.channels * bw;
   const double channels = graph.channels;
+  double bus = channels * bw;
   const bool ring = algorithm == NcclAlgorithm::ring, tree = algorithm == NcclAlgorithm::tree;
   if (ring && protocol == NcclProtocol::ll) bus = std::min(tuner.ll_max_bw[node_class], bus * 0.5);
   if (ring && protocol == NcclProtocol::ll128)
@@ -104,15 +104,16 @@ struct Candidate {
 };
 
 std::vector<Candidate> candidates(core::CollectiveKind kind, const NodeLayout& layout, const LinkCosts& costs) {
+  // NCCL's tree is the chain inside one node and the hierarchical tree across whole nodes.
+  const Candidate all[] = {
+      {NcclAlgorithm::tree, layout.m() == 1 ? Algorithm::chain : Algorithm::hierarchical},
+      {NcclAlgorithm::ring, Algorithm::ring},
+      {NcclAlgorithm::nvls, Algorithm::nvls},
+      {NcclAlgorithm::nvls_tree, Algorithm::nvls_tree},
+  };
   std::vector<Candidate> out;
-  const bool one_node = layout.m() == 1;
-  if (kind == core::CollectiveKind::all_reduce)
-    out.push_back({NcclAlgorithm::tree, one_node ? Algorithm::chain : Algorithm::hierarchical});
-  out.push_back({NcclAlgorithm::ring, Algorithm::ring});
-  if (kind == core::CollectiveKind::all_reduce && one_node && costs.nvls_beta > 0)
-    out.push_back({NcclAlgorithm::nvls, Algorithm::nvls});
-  if (kind == core::CollectiveKind::all_reduce && !one_node && costs.nvls_tree_beta > 0)
-    out.push_back({NcclAlgorithm::nvls_tree, Algorithm::nvls_tree});
+  for (const Candidate& candidate : all)
+    if (collectives::offered(candidate.algorithm, kind, layout, costs)) out.push_back(candidate);
   return out;
 }
 
@@ -167,18 +168,6 @@ std::optional<TunerChoice> nccl_tuner_choice(const NcclTuner& tuner, core::Colle
     }
   }
   return best;
-}
-
-std::string nccl_protocol_name(NcclProtocol protocol) {
-  switch (protocol) {
-    case NcclProtocol::ll:
-      return "LL";
-    case NcclProtocol::ll128:
-      return "LL128";
-    case NcclProtocol::simple:
-      return "Simple";
-  }
-  return "Simple";
 }
 
 }  // namespace stratsim::sim

@@ -128,6 +128,26 @@ std::vector<Algorithm> nccl_candidates(CollectiveKind kind) {
 
 }  // namespace
 
+namespace collectives {
+
+bool offered(Algorithm algorithm, CollectiveKind kind, const NodeLayout& layout, const LinkCosts& costs) {
+  int p = 0;
+  for (const auto& node : layout.nodes) p += static_cast<int>(node.size());
+  if (!implements(algorithm, kind)) return false;
+  if (algorithm == Algorithm::direct && p > kDirectMaxMembers) return false;
+  if (algorithm == Algorithm::hierarchical && !layout.hierarchical()) return false;
+  // NCCL's tree is the chain inside one node and the double binary tree across nodes. A chain of
+  // two moves what the ring does over the same link, one route latency sooner by the pipeline's
+  // count; NCCL's tuner halves a tree's bandwidth and runs the ring at every size there.
+  if (algorithm == (layout.m() == 1 ? Algorithm::tree : Algorithm::chain)) return false;
+  if (algorithm == Algorithm::chain && p < 3) return false;
+  if (algorithm == Algorithm::nvls) return costs.nvls_beta > 0 && layout.m() == 1;
+  if (algorithm == Algorithm::nvls_tree) return costs.nvls_tree_beta > 0 && layout.hierarchical();
+  return true;
+}
+
+}  // namespace collectives
+
 double estimate_time(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs) {
   const ScheduleCost cost = estimate_parts(schedule, member_nodes, costs);
   return cost.latency + cost.bandwidth;
@@ -262,16 +282,7 @@ Algorithm select_algorithm(CollectiveKind kind, const std::vector<int>& member_n
   Algorithm best = Algorithm::ring;
   double best_time = std::numeric_limits<double>::infinity();
   for (Algorithm algorithm : nccl_candidates(kind)) {
-    if (!implements(algorithm, kind)) continue;
-    if (algorithm == Algorithm::direct && p > kDirectMaxMembers) continue;
-    if (algorithm == Algorithm::hierarchical && !layout.hierarchical()) continue;
-    // NCCL's tree is the chain inside one node and the double binary tree across nodes. A chain of
-    // two moves what the ring does over the same link, one route latency sooner by the pipeline's
-    // count; NCCL's tuner halves a tree's bandwidth and runs the ring at every size there.
-    if (algorithm == (layout.m() == 1 ? Algorithm::tree : Algorithm::chain)) continue;
-    if (algorithm == Algorithm::chain && p < 3) continue;
-    if (algorithm == Algorithm::nvls && (costs.nvls_beta <= 0 || layout.m() != 1)) continue;
-    if (algorithm == Algorithm::nvls_tree && (costs.nvls_tree_beta <= 0 || !layout.hierarchical())) continue;
+    if (!offered(algorithm, kind, layout, costs)) continue;
     const double time = candidate_time(kind, algorithm, member_nodes, layout, bytes, costs, network);
     if (time < best_time * (1 - kTieTolerance)) {
       best = algorithm;

@@ -14,9 +14,9 @@
 
 #include <array>
 #include <optional>
-#include <string>
 #include <vector>
 
+#include "stratsim/core/enum_names.hpp"
 #include "stratsim/core/program.hpp"
 #include "stratsim/sim/collective.hpp"
 
@@ -87,7 +87,18 @@ std::optional<TunerChoice> nccl_tuner_choice(const NcclTuner& tuner, core::Colle
                                              const std::vector<int>& member_nodes, double bytes, const LinkCosts& costs,
                                              std::optional<Algorithm> forced = std::nullopt);
 
-// "LL", "LL128", "Simple": the names the cost model's protocols carry.
-std::string nccl_protocol_name(NcclProtocol protocol);
+// Their names: "tree", "ring", "nvls", "nvls_tree" (the tuner's keys) and "LL", "LL128", "Simple"
+// (the names the cost model's protocols carry).
+inline constexpr core::EnumNames<NcclAlgorithm, kNcclAlgorithms> kNcclAlgorithmNames{{{
+    {NcclAlgorithm::tree, "tree"},
+    {NcclAlgorithm::ring, "ring"},
+    {NcclAlgorithm::nvls, "nvls"},
+    {NcclAlgorithm::nvls_tree, "nvls_tree"},
+}}};
+inline constexpr core::EnumNames<NcclProtocol, kNcclProtocols> kNcclProtocolNames{{{
+    {NcclProtocol::ll, "LL"},
+    {NcclProtocol::ll128, "LL128"},
+    {NcclProtocol::simple, "Simple"},
+}}};
 
 }  // namespace stratsim::sim
