@@ -69,6 +69,18 @@ std::int64_t option_int(const std::map<std::string, std::string>& options, const
                                key == "layers" ? kMaxZooLayers : kMaxExtent, it->second));
 }
 
+// A probability in [0, 1), as SDPA's dropout_p takes it.
+double option_probability(const std::map<std::string, std::string>& options, const std::string& key) {
+  const std::string& text = options.at(key);
+  try {
+    std::size_t used = 0;
+    const double value = std::stod(text, &used);
+    if (used == text.size() && value >= 0 && value < 1) return value;
+  } catch (const std::exception&) {
+  }
+  throw InputError(fmt::format("option {}: expected a probability in [0, 1), got \"{}\"", key, text));
+}
+
 void check_options(const std::map<std::string, std::string>& options, std::initializer_list<const char*> allowed) {
   for (const auto& [key, value] : options) {
     bool ok = false;
@@ -82,7 +94,8 @@ void check_options(const std::map<std::string, std::string>& options, std::initi
 }
 
 json transformer_from_options(const std::map<std::string, std::string>& options, TransformerConfig config) {
-  check_options(options, {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "style", "dtype", "norm"});
+  check_options(options, {"layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "style", "dtype", "norm",
+                          "attention", "dropout"});
   config.layers = option_int(options, "layers", config.layers);
   config.hidden = option_int(options, "hidden", config.hidden);
   config.heads = option_int(options, "heads", config.heads);
@@ -100,6 +113,12 @@ json transformer_from_options(const std::map<std::string, std::string>& options,
       throw InputError(fmt::format("option norm: expected eager or fused, got \"{}\"", it->second));
     config.eager_rms_norm = it->second == "eager";
   }
+  if (auto it = options.find("attention"); it != options.end()) {
+    if (it->second != "flash" && it->second != "math")
+      throw InputError(fmt::format("option attention: expected flash or math, got \"{}\"", it->second));
+    config.flash_attention = it->second == "flash";
+  }
+  if (options.contains("dropout")) config.attention_dropout = option_probability(options, "dropout");
   if (auto it = options.find("dtype"); it != options.end()) {
     if (!parse_dtype(it->second)) throw InputError(fmt::format("option dtype: unknown dtype \"{}\"", it->second));
     config.dtype = it->second;
@@ -176,7 +195,7 @@ std::vector<ZooEntry> make_zoo() {
          {"modules", {mlp_module("mlp"), rmsnorm_python("mlp_norm", 10)}},
          {"forward", {"mlp_norm", "mlp"}}});
   const std::string transformer_options =
-      "layers,hidden,heads,kv_heads,ffn,vocab,seq,style=llama|gpt,dtype,norm=eager|fused";
+      "layers,hidden,heads,kv_heads,ffn,vocab,seq,style=llama|gpt,dtype,norm=eager|fused,attention=flash|math,dropout";
   entries.push_back({"gpt", "decoder-only transformer; defaults LLaMA-7B-like (32 x 4096, ffn 11008, seq 2048)",
                      transformer_options,
                      [](const auto& o) { return transformer_from_options(o, TransformerConfig{}); }});
@@ -203,16 +222,20 @@ json join(const std::string& op, json in, const std::string& out) {
   return {{"op", op}, {"in", std::move(in)}, {"out", out}};
 }
 
-json sdpa(std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim) {
-  return {{"name", "sdpa"},       {"type", "ScaledDotProductAttention"},
-          {"heads", heads},       {"kv_heads", kv_heads},
-          {"head_dim", head_dim}, {"functional", true}};
+json sdpa(const TransformerConfig& c, std::int64_t kv_heads) {
+  json leaf = {{"name", "sdpa"},       {"type", "ScaledDotProductAttention"}, {"heads", c.heads},
+               {"kv_heads", kv_heads}, {"head_dim", c.hidden / c.heads},      {"functional", true}};
+  // Only what differs from SDPA's defaults is written, so the default models' documents stay as
+  // they were.
+  if (!c.flash_attention) leaf["fused"] = false;
+  if (c.attention_dropout > 0) leaf["dropout"] = c.attention_dropout;
+  return leaf;
 }
 
 // torchtitan's attention repeats k and v to the query heads before SDPA (repeat_kv).
-json sdpa_after_repeat_kv(std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim) {
-  json leaf = sdpa(heads, kv_heads, head_dim);
-  if (kv_heads < heads) leaf["repeat_kv"] = true;
+json sdpa_after_repeat_kv(const TransformerConfig& c, std::int64_t kv_heads) {
+  json leaf = sdpa(c, kv_heads);
+  if (kv_heads < c.heads) leaf["repeat_kv"] = true;
   return leaf;
 }
 
@@ -237,7 +260,7 @@ json llama_block(const std::string& name, const TransformerConfig& c) {
       container("attention", "Attention",
                 {linear("wq", c.hidden, c.heads * head_dim, false), linear("wk", c.hidden, kv * head_dim, false),
                  linear("wv", c.hidden, kv * head_dim, false), functional("rope", "RotaryEmbedding"),
-                 sdpa_after_repeat_kv(c.heads, kv, head_dim), linear("wo", c.heads * head_dim, c.hidden, false)});
+                 sdpa_after_repeat_kv(c, kv), linear("wo", c.heads * head_dim, c.hidden, false)});
   attention["forward"] = {call("wq", "x", "q"),   call("wk", "x", "k"),   call("wv", "x", "v"),
                           call("rope", "q", "q"), call("rope", "k", "k"), call("sdpa", {"q", "k", "v"}, "o"),
                           call("wo", "o", "o")};
@@ -254,10 +277,9 @@ json llama_block(const std::string& name, const TransformerConfig& c) {
 
 // nanoGPT's Block: one fused qkv projection (c_attn) feeding attention, GELU MLP.
 json gpt_block(const std::string& name, const TransformerConfig& c) {
-  const std::int64_t head_dim = c.hidden / c.heads;
-  json attention = container("attn", "CausalSelfAttention",
-                             {linear("c_attn", c.hidden, 3 * c.hidden), sdpa(c.heads, c.heads, head_dim),
-                              linear("c_proj", c.hidden, c.hidden)});
+  json attention =
+      container("attn", "CausalSelfAttention",
+                {linear("c_attn", c.hidden, 3 * c.hidden), sdpa(c, c.heads), linear("c_proj", c.hidden, c.hidden)});
   json mlp = container("mlp", "MLP",
                        {linear("c_fc", c.hidden, c.ffn), leaf("gelu", "GELU"), linear("c_proj", c.ffn, c.hidden)});
   json block = container(name, "Block",

@@ -445,6 +445,31 @@ TEST(OpGraph, EagerRmsNormCostsItsKernelChain) {
   EXPECT_TRUE(fused_zoo.modules[fused_zoo.find_module("layers.0.ffn_norm")].fused);
 }
 
+// The zoo's transformers run flash attention unless asked for the math path (pre-flash training
+// code: the scores materialised, softmax and dropout as kernels of their own), which costs the
+// attention's memory traffic over the scores and keeps the probabilities.
+TEST(OpGraph, ZooAttentionMathPathAndDropout) {
+  const std::string base = "zoo:gpt:style=gpt,layers=1,hidden=64,heads=4,ffn=256,vocab=128,seq=32";
+  const Model flash = core::load_model(base);
+  const Model math = core::load_model(base + ",attention=math,dropout=0.1");
+  const core::Module& flash_sdpa = flash.modules[flash.find_module("h.0.attn.sdpa")];
+  const core::Module& math_sdpa = math.modules[math.find_module("h.0.attn.sdpa")];
+  EXPECT_TRUE(flash_sdpa.fused);
+  EXPECT_EQ(flash_sdpa.dropout, 0);
+  EXPECT_FALSE(math_sdpa.fused);
+  EXPECT_DOUBLE_EQ(math_sdpa.dropout, 0.1);
+  const std::string plan = R"({"world_size": 1, "batch_size": 2, "steps": []})";
+  const PlanResult fast = run_plan(flash, plan, 0, 1);
+  const PlanResult slow = run_plan(math, plan, 0, 1);
+  // The math path keeps the float32 probabilities [2, 4, 32, 32], the dropped ones and the
+  // one-byte mask; flash keeps its log-sum-exp and its own output [2, 32, 64] (nanoGPT's c_proj
+  // saves the contiguous copy of it, another tensor).
+  const std::int64_t scores = 2 * 4 * 32 * 32, lse = 2 * 4 * 32 * 4, output = 2 * 32 * 64 * 4;
+  EXPECT_EQ(slow.memory.activations - fast.memory.activations, scores * (4 + 4 + 1) - lse - output);
+  for (const char* bad : {"attention=xformers", "dropout=1", "dropout=-0.1", "dropout=0.1x"})
+    EXPECT_THROW(core::load_model(base + "," + bad), core::InputError) << bad;
+}
+
 // Under FSDP mixed precision a leaf computes in param_dtype: its activations are bfloat16 and so is
 // what it saves, though the parameters (and the model input) are float32.
 TEST(OpGraph, MixedPrecisionActivationsTakeTheComputeDtype) {

@@ -35,6 +35,10 @@ struct TransformerConfig {
   std::string dtype = "float32";
   bool tie_embeddings = false;
   bool eager_rms_norm = true;  // llama style: torchtitan's RMSNorm, a chain of eager kernels
+  // Attention: one flash kernel (SDPA's fused path), or the math path that materialises the
+  // [batch, heads, seq, seq] scores (pre-flash training code such as Megatron-LM's 2021 GPT).
+  bool flash_attention = true;
+  double attention_dropout = 0;  // SDPA's dropout_p on the attention probabilities
 };
 nlohmann::json transformer_document(const TransformerConfig& config);
 
