@@ -532,7 +532,7 @@ Plan parse_plan(const JsonReader& doc) {
     } else if (call == "torch.distributed.fsdp.fully_shard" || call == "torch.distributed._composable.fsdp.fully_shard")
       step.body = parse_fully_shard2(body, plan);
     else if (call == "checkpoint") {
-      body.allow_only({"module", "policy", "api"});
+      body.allow_only({"module", "policy", "api", "use_reentrant"});
       CheckpointStep checkpoint{body.at("module").as_string()};
       const std::string policy = body.get_string("policy", "full");
       if (policy == "selective_op") checkpoint.policy = CheckpointPolicy::selective_op;
@@ -542,6 +542,16 @@ Plan parse_plan(const JsonReader& doc) {
       if (api == "composable") checkpoint.api = CheckpointApi::composable;
       else if (api != "checkpoint_wrapper")
         body.at("api").fail(fmt::format("unknown api \"{}\" (expected checkpoint_wrapper or composable)", api));
+      checkpoint.use_reentrant = body.get_bool("use_reentrant", false);
+      // torch.utils.checkpoint refuses a context_fn (the selective policy's) under reentrant
+      // checkpointing, and composable checkpoint() refuses use_reentrant=True.
+      if (checkpoint.use_reentrant && checkpoint.policy == CheckpointPolicy::selective_op)
+        body.at("use_reentrant").fail("Passing context_fn is only supported when use_reentrant=False.");
+      if (checkpoint.use_reentrant && checkpoint.api == CheckpointApi::composable)
+        body.at("use_reentrant")
+            .fail(
+                "use_reentrant=True is not supported in composable checkpoint. Please use "
+                "torch.utils.checkpoint.checkpoint instead.");
       step.body = std::move(checkpoint);
     } else if (call == "parallelize_module") step.body = parse_parallelize(body, plan);
     else if (call == "distribute_module") step.body = parse_distribute(body, plan);

@@ -286,6 +286,43 @@ TEST(SequenceParallel, CheckpointedBlocksRecomputeLazilyAndStopEarly) {
                                              "backward tp layers.1.attention redistribute grad Partial()->Shard(1)"}));
 }
 
+// checkpoint(use_reentrant=True) makes the block one autograd Function: its backward replays the
+// whole forward -- w2's output reduce-scatter too, past the last saved tensor -- before any of the
+// block's own backward, w2's gradient all-gather included.
+TEST(SequenceParallel, ReentrantCheckpointReplaysTheWholeBlockFirst) {
+  const PlanResult result = run_plan(
+      kSmallLlama, torchtitan_tp_plan(2, true, R"J(, {"checkpoint": {"module": "layers.*", "use_reentrant": true}})J"));
+  std::vector<std::string> block;
+  for (const CollectiveRecord& c : iteration(result, 1).collectives)
+    if ((c.phase == Phase::backward || c.phase == Phase::recompute) && c.reason.find("layers.1.") != std::string::npos)
+      block.push_back(std::string(phase_name(c.phase)) + " " + c.reason);
+  EXPECT_EQ(block, (std::vector<std::string>{"recompute tp layers.1.attention input Shard(1)->Replicate()",
+                                             "recompute tp layers.1.attention.wo output Partial()->Shard(1)",
+                                             "recompute tp layers.1.feed_forward input Shard(1)->Replicate()",
+                                             "recompute tp layers.1.feed_forward.w2 output Partial()->Shard(1)",
+                                             "backward tp layers.1.feed_forward.w2 grad_output Shard(1)->Replicate()",
+                                             "backward tp layers.1.feed_forward redistribute grad Partial()->Shard(1)",
+                                             "backward tp layers.1.attention.wo grad_output Shard(1)->Replicate()",
+                                             "backward tp layers.1.attention redistribute grad Partial()->Shard(1)"}));
+  // What PyTorch refuses, in its words.
+  auto refused = [](const std::string& checkpoint) {
+    try {
+      plan_from_json(torchtitan_tp_plan(2, true, ", " + checkpoint));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refused(R"J({"checkpoint": {"module": "layers.*", "policy": "selective_op", "use_reentrant": true}})J")
+                .find("use_reentrant: Passing context_fn is only supported when use_reentrant=False."),
+            std::string::npos);
+  EXPECT_NE(refused(R"J({"checkpoint": {"module": "layers.*", "api": "composable", "use_reentrant": true}})J")
+                .find("use_reentrant=True is not supported in composable checkpoint."),
+            std::string::npos);
+  EXPECT_NE(refused(R"J({"checkpoint": {"module": "layers.*", "use_reentrant": "yes"}})J").find("use_reentrant"),
+            std::string::npos);
+}
+
 // Composable checkpoint() on a module whose style was applied first hooks in after the style's
 // pre-hook and before its forward hook: the region starts from the gathered input, so the
 // recomputation gathers nothing (checkpoint_wrapper's region holds the hooks: it gathers again).

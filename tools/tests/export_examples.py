@@ -61,10 +61,17 @@ def composable_by_apply_parallelize(model, mesh):
     fully_shard(model, mesh=mesh["dp"])
 
 
-def reentrant_parallelize(model, mesh):
-    """Reentrant checkpointing, passed positionally: not in the plan format."""
+def reentrant_ac_parallelize(model, mesh):
+    """The same TP, then reentrant checkpointing (CheckpointImpl.REENTRANT, passed positionally) of
+    every block, then FSDP2 per block and on the root: each block's backward replays its whole
+    forward, w2's output reduce-scatter too, before any of its own backward."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
-    model.layers[0] = checkpoint_wrapper(model.layers[0], CheckpointImpl.REENTRANT)
+    apply_tensor_parallel(model, mesh)
+    for i, block in enumerate(model.layers):
+        model.layers[i] = checkpoint_wrapper(block, CheckpointImpl.REENTRANT)
+    for block in model.layers:
+        fully_shard(block, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
 
 
 def apply_tensor_parallel(model, mesh):

@@ -107,7 +107,9 @@ class ExportTest(unittest.TestCase):
         cases = [("applied_ac_parallelize", [{"module": "layers.0"}, {"module": "layers.1"}]),
                  ("composable_ac_parallelize", [{"module": "layers.0.feed_forward", "api": "composable"}]),
                  ("composable_by_apply_parallelize",
-                  [{"module": "layers.0", "api": "composable"}, {"module": "layers.1", "api": "composable"}])]
+                  [{"module": "layers.0", "api": "composable"}, {"module": "layers.1", "api": "composable"}]),
+                 ("reentrant_ac_parallelize", [{"module": "layers.0", "use_reentrant": True},
+                                               {"module": "layers.1", "use_reentrant": True}])]
         for parallelize, checkpointed in cases:
             with self.subTest(parallelize):
                 run = export("export_examples:llama", "--input-shape", "2,8", "--loss", "-o", self.model,
@@ -144,9 +146,6 @@ class ExportTest(unittest.TestCase):
               "--mesh", "2",
               "--mesh-dim-names", "tp"], "PyTorch: NotImplementedError: ColwiseParallel currently only support "
                                         "nn.Linear and nn.Embedding!"),
-            (["export_examples:llama", "--input-shape", "2,8", "--parallelize",
-              "export_examples:reentrant_parallelize", "--mesh", "2", "--mesh-dim-names", "tp"],
-             "checkpoint_wrapper(checkpoint_impl=CheckpointImpl.REENTRANT) is not in stratsim's plan format"),
         ]
         for args, message in cases:
             run = export(*args, "-o", self.model)

@@ -53,6 +53,7 @@ PlanContext::PlanContext(const Model& model_, const Plan& plan_, const PlanOptio
   checkpointed.assign(modules, false);
   selective.assign(modules, false);
   region_inside_hooks.assign(modules, false);
+  reentrant.assign(modules, false);
   for (std::size_t m = 0; m < modules; ++m) checkpointed[m] = model.modules[m].checkpoint;
   fully_shard_step.assign(modules, -1);
   replicate_step.assign(modules, -1);

@@ -82,6 +82,7 @@ class PlanContext {
   // per module: composable checkpoint() applied after its parallelize_module style, so the region
   // lies between the style's input and output hooks (CheckpointApi::composable)
   std::vector<bool> region_inside_hooks;
+  std::vector<bool> reentrant;        // per module: checkpoint(use_reentrant=True) wraps it
   std::vector<int> fully_shard_step;  // per module: plan step that put fully_shard on it, -1 if none
   std::vector<int> replicate_step;    // per module: plan step that put replicate on it, -1 if none
   std::vector<bool> used_in_forward;  // per parameter: some forward step reads it

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -91,6 +92,7 @@ void Walk::apply_plan() {
               context_.checkpointed[m] = true;
               context_.selective[m] = body.policy == CheckpointPolicy::selective_op;
               context_.region_inside_hooks[m] = body.api == CheckpointApi::composable && tp_.has_hooks(m);
+              context_.reentrant[m] = body.use_reentrant;
               // Its recomputation calls the module again, hooks included, on the input the hooks
               // made: a plain tensor would be wrapped as input_layouts and redistributed twice.
               if (context_.region_inside_hooks[m] && tp_.input_hook_returns_local(m))
@@ -245,7 +247,9 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
       // backward entries recorded then will release.
       const int resume = std::exchange(context_.next_tensor, region_first_tensor);
       const SelectiveRegion outer = std::exchange(selective_, {context_.selective[m], 0});
-      recompute_ = {region_saves, 0, region_saves == 0};
+      // Reentrant: the Function's backward replays the whole forward, no early stop.
+      recompute_ = context_.reentrant[m] ? Recompute{std::numeric_limits<int>::max(), 0, false}
+                                         : Recompute{region_saves, 0, region_saves == 0};
       // What the recomputation makes and nothing saves is freed as it goes; its result too.
       const std::size_t mark = live_.made_mark();
       run_module_body(m, replay, Mode::replay, side_inputs, context_.region_inside_hooks[m]);
@@ -257,8 +261,10 @@ void Walk::forward_module(int m, Activation& act, Mode mode, std::span<const Act
     };
     // The recomputation runs when backward first unpacks a saved tensor of the region: entries
     // pushed after the region's last one that reads saved tensors (a tensor-parallel output's
-    // redistribution, a residual add) run before it.
-    tape_.insert_region_replay(std::move(replay_region), region_start, std::max(region_start, last_saving_entry_));
+    // redistribution, a residual add) run before it. A reentrant region is one autograd Function:
+    // its backward recomputes before any of the region's entries.
+    const std::size_t latest = context_.reentrant[m] ? SIZE_MAX : std::max(region_start, last_saving_entry_);
+    tape_.insert_region_replay(std::move(replay_region), region_start, latest);
   }
 }
 

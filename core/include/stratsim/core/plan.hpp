@@ -126,6 +126,11 @@ struct CheckpointStep {
   std::string module;
   CheckpointPolicy policy = CheckpointPolicy::full;
   CheckpointApi api = CheckpointApi::checkpoint_wrapper;
+  // checkpoint(use_reentrant=True) (checkpoint_wrapper's CheckpointImpl.REENTRANT, the old default,
+  // and Megatron-LM's own checkpoint function): the region is one autograd Function whose
+  // backward replays the whole forward, the ops after its last saved tensor included, before any
+  // of the region's backward runs.
+  bool use_reentrant = false;
 };
 
 // parallelize_module's ParallelStyles. colwise / rowwise shard an nn.Linear or nn.Embedding;
