@@ -471,6 +471,7 @@ cost_model:
       multi_tensor_copy: {{flops: 1, memory: 1}}
       cast: {{flops: 1, memory: 1}}
       strided_copy: {{flops: 1, memory: 1}}
+      attention_scores: {{flops: 1, memory: 1}}
       other: {{flops: 1, memory: 1}}
     gemm:
       float32:

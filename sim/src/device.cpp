@@ -34,13 +34,24 @@ double DeviceSpec::peak_for(core::DType dtype) const {
 //    float16 up to float32; the way down has a vectorised kernel and is elementwise).
 //  - strided_copy: a copy of a strided or expanded view into a contiguous tensor (repeat_kv).
 //    Both as elementwise here; slower on GPUs (the presets).
+//  - attention_scores: the math path of attention's kernels over the [batch, heads, seq, seq]
+//    scores (the causal mask's add, softmax, dropout, and their backward): memory bound, as
+//    elementwise here; slower on A100 (the preset).
 //  - other: anything the planner does not classify.
 ComputeModel ComputeModel::defaults() {
   ComputeModel model;
   model.efficiency_ = {
-      {"gemm", {0.75, 0.8}},        {"attention", {0.6, 0.8}}, {"elementwise", {0.5, 0.8}},       {"norm", {0.5, 0.75}},
-      {"embedding", {0.5, 0.7}},    {"optimizer", {0.5, 0.8}}, {"multi_tensor_copy", {0.5, 0.8}}, {"cast", {0.5, 0.8}},
-      {"strided_copy", {0.5, 0.8}}, {"other", {0.5, 0.7}},
+      {"gemm", {0.75, 0.8}},
+      {"attention", {0.6, 0.8}},
+      {"elementwise", {0.5, 0.8}},
+      {"norm", {0.5, 0.75}},
+      {"embedding", {0.5, 0.7}},
+      {"optimizer", {0.5, 0.8}},
+      {"multi_tensor_copy", {0.5, 0.8}},
+      {"cast", {0.5, 0.8}},
+      {"strided_copy", {0.5, 0.8}},
+      {"attention_scores", {0.5, 0.8}},
+      {"other", {0.5, 0.7}},
   };
   model.launch_overhead_ = 2e-6;  // a CUDA kernel launch plus PyTorch dispatch, per op
   return model;
@@ -259,7 +270,7 @@ void ComputeModel::apply(const core::JsonReader& root) {
     classes.expect_object();
     // Only the classes the planner emits: a misspelt class would otherwise be silently unused.
     classes.allow_only({"gemm", "attention", "elementwise", "norm", "embedding", "optimizer", "multi_tensor_copy",
-                        "cast", "strided_copy", "other"});
+                        "cast", "strided_copy", "attention_scores", "other"});
     for (const std::string& name : classes.keys()) {
       const core::JsonReader entry = classes.at(name);
       entry.expect_object();

@@ -342,6 +342,25 @@ TEST(OpGraph, UnfusedAttentionMaterialisesTheScores) {
   const std::int64_t scores = 2 * 2 * 16 * 16;
   const std::int64_t lse = 2 * 2 * 16 * 4;
   EXPECT_EQ(math.memory.activations - fused.memory.activations, 2 * scores * 4 + scores - lse);
+  // The traffic over the float32 scores. Forward: the causal mask's add, softmax and dropout each
+  // read and write them (dropout writes its one-byte mask too); without the mask, two passes.
+  // Backward: dropout's (the gradient, the mask, the result) and softmax's (gradient, output,
+  // result) kernels; the GEMMs write dp, read p and read ds twice, beside q, k, v and o.
+  const auto bytes = [&](const PlanResult& r, const std::string& name) {
+    const auto all = compute_ops(r);
+    const int at = position(all, name);
+    return at < 0 ? std::int64_t{-1} : all[at]->bytes_accessed;
+  };
+  EXPECT_EQ(ops[position(ops, "sdpa.softmax.forward")]->op_class, "attention_scores");
+  EXPECT_EQ(ops[position(ops, "sdpa.softmax.backward")]->op_class, "attention_scores");
+  EXPECT_EQ(bytes(math, "sdpa.softmax.forward"), 3 * 2 * scores * 4 + scores);
+  EXPECT_EQ(bytes(math, "sdpa.softmax.backward"), 3 * scores * 4 + scores + 3 * scores * 4);
+  const std::int64_t t = 2 * 16, width = 8;
+  EXPECT_EQ(bytes(math, "sdpa.backward"), (4 * t * width + t * width + 3 * t * width) * 4 + 4 * scores * 4);
+  json bidirectional = attention_model(false, 0.1);
+  bidirectional["modules"][3]["causal"] = false;
+  EXPECT_EQ(bytes(run_plan(model_from_json(bidirectional), kLocal, 0, 1), "sdpa.softmax.forward"),
+            2 * 2 * scores * 4 + scores);
 }
 
 // Checkpointing a graph block recomputes it under its first-pass tensor ids: memory returns to

@@ -345,7 +345,7 @@ TEST(ComputeModel, RooflineBothRegimes) {
   // Unknown classes use "other".
   EXPECT_EQ(&model.efficiency("conv3d"), &model.efficiency("other"));
   for (const char* op_class : {"gemm", "attention", "elementwise", "norm", "embedding", "optimizer",
-                               "multi_tensor_copy", "cast", "strided_copy", "other"}) {
+                               "multi_tensor_copy", "cast", "strided_copy", "attention_scores", "other"}) {
     ASSERT_EQ(model.efficiencies().count(op_class), 1u) << op_class;
     EXPECT_GT(model.efficiency(op_class).flops, 0);
     EXPECT_LE(model.efficiency(op_class).memory, 1);
@@ -403,10 +403,11 @@ TEST(ComputeModel, OverridesFile) {
 TEST(ComputeModel, BadOverridesNameFileAndField) {
   EXPECT_EQ(overrides_error("bad_compute_overrides.yaml"),
             kData + "bad_compute_overrides.yaml: op_classes.gemm.flops: expected a fraction in (0, 1], got 1.5");
-  EXPECT_EQ(overrides_error("bad_compute_class.json"),
-            kData +
-                "bad_compute_class.json: op_classes.gemn: unknown field (expected one of: gemm, attention, "
-                "elementwise, norm, embedding, optimizer, multi_tensor_copy, cast, strided_copy, other)");
+  EXPECT_EQ(
+      overrides_error("bad_compute_class.json"),
+      kData +
+          "bad_compute_class.json: op_classes.gemn: unknown field (expected one of: gemm, attention, "
+          "elementwise, norm, embedding, optimizer, multi_tensor_copy, cast, strided_copy, attention_scores, other)");
   EXPECT_EQ(overrides_error("bad_key.json"),
             kData +
                 "bad_key.json: nodez: unknown field (expected one of: launch_overhead_us, kernel_floor_us, "

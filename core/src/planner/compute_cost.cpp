@@ -83,12 +83,15 @@ void attention_cost(LeafCost& cost, const Module& m, const Activation& q, std::i
   for (const GemmShape& g : cost.forward_gemms) cost.forward_flops += g.flops();
   for (const GemmShape& g : cost.backward_gemms) cost.backward_flops += g.flops();
   cost.forward_bytes = qkvo + 2 * scores * d;  // the GEMMs read q, k, v, write o, write and read p
-  cost.backward_bytes = qkvo + t * width * d + (t * width + 2 * t * kv) * d + 3 * scores * d;
-  // Mask add, softmax and dropout each read and write the scores.
-  const std::int64_t passes = 2 + (dropout ? 1 : 0);
-  cost.forward_extra.push_back(
-      {"softmax", "elementwise", 6.0 * static_cast<double>(scores), passes * 2 * scores * d + (dropout ? scores : 0)});
-  cost.backward_extra.push_back({"softmax", "elementwise", 4.0 * static_cast<double>(scores),
+  // dp = do v^T writes a score-sized tensor, dv = p^T do reads p, and ds is read twice (dq, dk).
+  cost.backward_bytes = qkvo + t * width * d + (t * width + 2 * t * kv) * d + 4 * scores * d;
+  // The causal mask's add (SDPA's math path adds a -inf bias; without a mask there is none),
+  // softmax and dropout each read and write the scores.
+  const std::int64_t passes = (m.causal ? 2 : 1) + (dropout ? 1 : 0);
+  // Their own class (attention_scores): on A100 they stream well below a copy's rate.
+  cost.forward_extra.push_back({"softmax", "attention_scores", 6.0 * static_cast<double>(scores),
+                                passes * 2 * scores * d + (dropout ? scores : 0)});
+  cost.backward_extra.push_back({"softmax", "attention_scores", 4.0 * static_cast<double>(scores),
                                  (dropout ? 3 * scores * d + scores : 0) + 3 * scores * d});
   // softmax keeps the probabilities; with dropout, p v reads the dropped ones (another tensor) and
   // dropout keeps its mask.

@@ -91,8 +91,8 @@ struct ProgramOp {
   std::vector<int> deps;  // ids of ops on other streams that must finish first
 
   // compute
-  std::string
-      op_class;  // gemm, elementwise, norm, embedding, attention, optimizer, multi_tensor_copy, cast, strided_copy
+  std::string op_class;  // gemm, elementwise, norm, embedding, attention, optimizer, multi_tensor_copy, cast,
+                         // strided_copy, attention_scores
   double flops = 0;
   std::int64_t bytes_accessed = 0;
   // The matrix multiplies a gemm op runs, as cuBLAS sees them: C[m,n] = A[m,k] B[k,n]. A linear
