@@ -7,7 +7,8 @@
 # Here: nccl-tests busbw on one 8-GPU node of each GPU preset against published runs
 # (nccl-tests.yaml), and torchtitan's published Llama 3.1 8B FSDP throughput and memory on 8 H100s
 # (torchtitan/check.sh, also the accuracy_torchtitan CTest test: the selective op run torchtitan
-# made must be within 10 % on throughput), and
+# made must be within 10 % on throughput), Megatron-LM's published A100 runs (megatron/check.sh,
+# also the accuracy_megatron CTest test), and
 # Llama 3.1 8B with 2 to 8 layers trained by PyTorch on one H100 and one H200 (gpu/measured/ and
 # gpu/measured/h200/, recorded by gpu/measure.sh; no network: the compute and memory model alone),
 # with the H200 runs' caching-allocator histories (reserved memory). The measured half, ten plans on this host's Gloo ranks against the platform
@@ -30,6 +31,11 @@ echo "## torchtitan Llama 3.1 8B, FSDP on 8 H100 at 500 W (published: 5,762 toke
 echo
 status=0
 bash "$here/torchtitan/check.sh" "$build" || status=1
+
+echo
+echo "## Megatron-LM on A100: a 22B GPT on one node (arXiv 2205.05198), Table 1's GPTs on 4-32 nodes (arXiv 2104.04473)"
+echo
+bash "$here/megatron/check.sh" "$build" || status=1
 
 # One GPU, measured (gpu/measured/*.json on an H100, gpu/measured/h200/*.json on an H200; PyTorch
 # 2.11, FSDP2 at world size 1; gpu/measure.sh records them all): each run's median step and peak
