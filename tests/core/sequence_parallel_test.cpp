@@ -265,6 +265,19 @@ TEST(SequenceParallel, PrepareStylesNeedMatchingLayouts) {
             std::string::npos);
 }
 
+namespace {
+
+// The second block's collectives in backward and its recomputation, in issue order.
+std::vector<std::string> second_block_backward(const PlanResult& result) {
+  std::vector<std::string> block;
+  for (const CollectiveRecord& c : iteration(result, 1).collectives)
+    if ((c.phase == Phase::backward || c.phase == Phase::recompute) && c.reason.find("layers.1.") != std::string::npos)
+      block.push_back(std::string(phase_name(c.phase)) + " " + c.reason);
+  return block;
+}
+
+}  // namespace
+
 // Full activation checkpointing over sequence parallelism, as PyTorch 2.15 runs it (recorded in
 // tools/tests/test_stratsim_export.py): the recomputation starts when backward first unpacks a
 // saved tensor -- after w2's output redistribution has sent its gradient back (an all-gather that
@@ -273,17 +286,14 @@ TEST(SequenceParallel, PrepareStylesNeedMatchingLayouts) {
 TEST(SequenceParallel, CheckpointedBlocksRecomputeLazilyAndStopEarly) {
   const PlanResult result =
       run_plan(kSmallLlama, torchtitan_tp_plan(2, true, R"J(, {"checkpoint": {"module": "layers.*"}})J"));
-  std::vector<std::string> block;
-  for (const CollectiveRecord& c : iteration(result, 1).collectives)
-    if ((c.phase == Phase::backward || c.phase == Phase::recompute) && c.reason.find("layers.1.") != std::string::npos)
-      block.push_back(std::string(phase_name(c.phase)) + " " + c.reason);
-  EXPECT_EQ(block, (std::vector<std::string>{"backward tp layers.1.feed_forward.w2 grad_output Shard(1)->Replicate()",
-                                             "recompute tp layers.1.attention input Shard(1)->Replicate()",
-                                             "recompute tp layers.1.attention.wo output Partial()->Shard(1)",
-                                             "recompute tp layers.1.feed_forward input Shard(1)->Replicate()",
-                                             "backward tp layers.1.feed_forward redistribute grad Partial()->Shard(1)",
-                                             "backward tp layers.1.attention.wo grad_output Shard(1)->Replicate()",
-                                             "backward tp layers.1.attention redistribute grad Partial()->Shard(1)"}));
+  EXPECT_EQ(second_block_backward(result),
+            (std::vector<std::string>{"backward tp layers.1.feed_forward.w2 grad_output Shard(1)->Replicate()",
+                                      "recompute tp layers.1.attention input Shard(1)->Replicate()",
+                                      "recompute tp layers.1.attention.wo output Partial()->Shard(1)",
+                                      "recompute tp layers.1.feed_forward input Shard(1)->Replicate()",
+                                      "backward tp layers.1.feed_forward redistribute grad Partial()->Shard(1)",
+                                      "backward tp layers.1.attention.wo grad_output Shard(1)->Replicate()",
+                                      "backward tp layers.1.attention redistribute grad Partial()->Shard(1)"}));
 }
 
 // checkpoint(use_reentrant=True) makes the block one autograd Function: its backward replays the
@@ -292,18 +302,15 @@ TEST(SequenceParallel, CheckpointedBlocksRecomputeLazilyAndStopEarly) {
 TEST(SequenceParallel, ReentrantCheckpointReplaysTheWholeBlockFirst) {
   const PlanResult result = run_plan(
       kSmallLlama, torchtitan_tp_plan(2, true, R"J(, {"checkpoint": {"module": "layers.*", "use_reentrant": true}})J"));
-  std::vector<std::string> block;
-  for (const CollectiveRecord& c : iteration(result, 1).collectives)
-    if ((c.phase == Phase::backward || c.phase == Phase::recompute) && c.reason.find("layers.1.") != std::string::npos)
-      block.push_back(std::string(phase_name(c.phase)) + " " + c.reason);
-  EXPECT_EQ(block, (std::vector<std::string>{"recompute tp layers.1.attention input Shard(1)->Replicate()",
-                                             "recompute tp layers.1.attention.wo output Partial()->Shard(1)",
-                                             "recompute tp layers.1.feed_forward input Shard(1)->Replicate()",
-                                             "recompute tp layers.1.feed_forward.w2 output Partial()->Shard(1)",
-                                             "backward tp layers.1.feed_forward.w2 grad_output Shard(1)->Replicate()",
-                                             "backward tp layers.1.feed_forward redistribute grad Partial()->Shard(1)",
-                                             "backward tp layers.1.attention.wo grad_output Shard(1)->Replicate()",
-                                             "backward tp layers.1.attention redistribute grad Partial()->Shard(1)"}));
+  EXPECT_EQ(second_block_backward(result),
+            (std::vector<std::string>{"recompute tp layers.1.attention input Shard(1)->Replicate()",
+                                      "recompute tp layers.1.attention.wo output Partial()->Shard(1)",
+                                      "recompute tp layers.1.feed_forward input Shard(1)->Replicate()",
+                                      "recompute tp layers.1.feed_forward.w2 output Partial()->Shard(1)",
+                                      "backward tp layers.1.feed_forward.w2 grad_output Shard(1)->Replicate()",
+                                      "backward tp layers.1.feed_forward redistribute grad Partial()->Shard(1)",
+                                      "backward tp layers.1.attention.wo grad_output Shard(1)->Replicate()",
+                                      "backward tp layers.1.attention redistribute grad Partial()->Shard(1)"}));
   // What PyTorch refuses, in its words.
   auto refused = [](const std::string& checkpoint) {
     try {
