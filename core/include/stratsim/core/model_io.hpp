@@ -33,7 +33,6 @@ struct TransformerConfig {
   std::int64_t layers = 32, hidden = 4096, heads = 32, kv_heads = 0, ffn = 11008, vocab = 32000,
                seq = 2048;
   std::string dtype = "float32";
-  bool tie_embeddings = false;
   bool eager_rms_norm = true;  // llama style: torchtitan's RMSNorm, a chain of eager kernels
   // Attention: one flash kernel (SDPA's fused path), or the math path that materialises the
   // [batch, heads, seq, seq] scores (pre-flash training code such as Megatron-LM's 2021 GPT).
