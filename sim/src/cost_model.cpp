@@ -45,7 +45,8 @@ void read_link_efficiency(const core::JsonReader& node, NetworkModel& network) {
 }
 
 // A list of numbers, each one `valid` accepts (else an error saying what was `expected`).
-std::vector<double> read_numbers(const core::JsonReader& node, const char* expected, bool (*valid)(double)) {
+template <typename Valid>
+std::vector<double> read_numbers(const core::JsonReader& node, std::string_view expected, Valid valid) {
   node.expect_array();
   std::vector<double> values;
   for (std::size_t i = 0; i < node.size(); ++i) {
@@ -153,17 +154,15 @@ Protocol read_protocol(const core::JsonReader& node) {
 
 // ---- network.tuner: NCCL's tuning.cc constants and the graphs of the preset's node.
 
-// Exactly `count` numbers from 0 to `most`.
+// Exactly N numbers from 0 to `most`.
 template <std::size_t N>
 std::array<double, N> read_fixed(const core::JsonReader& node, double most, const char* what) {
   node.expect_array();
   if (node.size() != N) node.fail(fmt::format("expected {} numbers ({}), got {}", N, what, node.size()));
+  const std::vector<double> read =
+      read_numbers(node, fmt::format("a number from 0 to {}", most), [most](double v) { return v >= 0 && v <= most; });
   std::array<double, N> values{};
-  for (std::size_t i = 0; i < N; ++i) {
-    values[i] = node.at(i).as_number();
-    if (!(values[i] >= 0 && values[i] <= most))
-      node.at(i).fail(fmt::format("expected a number from 0 to {}, got {}", most, values[i]));
-  }
+  std::ranges::copy(read, values.begin());
   return values;
 }
 

@@ -134,6 +134,7 @@ class Simulation {
     return folding_.groups[op.group].instances.at(instance);
   }
   const std::vector<std::vector<int>>& full_instances(int group);
+  std::vector<int> nodes_of(const std::vector<int>& ranks) const;
   bool node_local(int group);
   // The links a flow between two hosts crosses and their summed latency, looked up once.
   struct Route {
@@ -450,6 +451,14 @@ const std::vector<std::vector<int>>& Simulation::full_instances(int group) {
   return instances;
 }
 
+// The node of each rank, in the ranks' order: what algorithm selection and the schedules read.
+std::vector<int> Simulation::nodes_of(const std::vector<int>& ranks) const {
+  std::vector<int> nodes;
+  nodes.reserve(ranks.size());
+  for (int rank : ranks) nodes.push_back(built_.node_of[rank]);
+  return nodes;
+}
+
 const Simulation::Route& Simulation::route(sg4::Host* from, sg4::Host* to) {
   auto [it, inserted] = routes_.try_emplace({from, to});
   if (inserted) from->route_to(to, it->second.links, &it->second.latency);
@@ -475,10 +484,8 @@ void Simulation::check_forced_algorithms() {
     const std::optional<Algorithm> algorithm = forced_algorithm(op.kind);
     if (!algorithm || !checked.emplace(op.group, static_cast<int>(op.kind)).second) continue;
     for (const std::vector<int>& members : full_instances(op.group)) {
-      std::vector<int> member_nodes;
-      for (int rank : members) member_nodes.push_back(built_.node_of[rank]);
       try {
-        check_fits(op.kind, *algorithm, member_nodes);
+        check_fits(op.kind, *algorithm, nodes_of(members));
       } catch (const std::invalid_argument& error) {
         throw core::InputError(
             fmt::format("{} (op {} \"{}\", group {})", error.what(), op.id, op.name, program_.groups[op.group].name));
@@ -495,10 +502,8 @@ Algorithm Simulation::algorithm_for_full(const ProgramOp& op, int full_instance)
   const auto key = std::make_tuple(static_cast<int>(op.kind), static_cast<double>(op.bytes), op.group, full_instance);
   auto it = algorithm_cache_.find(key);
   if (it != algorithm_cache_.end()) return it->second;
-  std::vector<int> member_nodes;
-  for (int rank : full_instances(op.group)[full_instance]) member_nodes.push_back(built_.node_of[rank]);
-  const Algorithm chosen =
-      select_algorithm(op.kind, member_nodes, static_cast<double>(op.bytes), costs_, &platform_.cost.network);
+  const Algorithm chosen = select_algorithm(op.kind, nodes_of(full_instances(op.group)[full_instance]),
+                                            static_cast<double>(op.bytes), costs_, &platform_.cost.network);
   return algorithm_cache_.emplace(key, chosen).first->second;
 }
 
@@ -554,10 +559,9 @@ const Protocol* Simulation::tuner_protocol(const ProgramOp& op, int instance, Al
                                    static_cast<int>(algorithm));
   auto [it, inserted] = tuner_protocol_cache_.try_emplace(key, nullptr);
   if (inserted) {
-    std::vector<int> member_nodes;
-    for (int rank : full_instances(op.group)[full_instance]) member_nodes.push_back(built_.node_of[rank]);
     const std::optional<TunerChoice> choice =
-        nccl_tuner_choice(*network.tuner, op.kind, member_nodes, static_cast<double>(op.bytes), costs_, algorithm);
+        nccl_tuner_choice(*network.tuner, op.kind, nodes_of(full_instances(op.group)[full_instance]),
+                          static_cast<double>(op.bytes), costs_, algorithm);
     if (choice) it->second = find_protocol(network, kNcclProtocolNames.name(choice->protocol));
   }
   return it->second;
@@ -583,11 +587,8 @@ const Protocol* Simulation::protocol_for(const ProgramOp& op, int instance, Algo
 void Simulation::drive_instance(const ProgramOp& op, int instance, double slowdown) {
   const std::vector<int>& members = group_members(op, instance);
   std::vector<sg4::Host*> hosts;
-  std::vector<int> member_nodes;
-  for (int rank : members) {
-    hosts.push_back(built_.devices[rank]);
-    member_nodes.push_back(built_.node_of[rank]);
-  }
+  for (int rank : members) hosts.push_back(built_.devices[rank]);
+  const std::vector<int> member_nodes = nodes_of(members);
   Rendezvous& slot = *rendezvous_.at({op.id, instance});
   slot.start = sg4::Engine::get_clock();
   const Algorithm algorithm = algorithm_for(op, instance);
