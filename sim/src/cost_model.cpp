@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -215,6 +216,23 @@ TunerGraphs read_graphs(const core::JsonReader& node) {
   return graphs;
 }
 
+// Graphs by GPUs a node, {4: {ring: .., ..}, 2: ..}: keys from `least` to gpus_per_node - 1.
+std::map<int, TunerGraphs> read_graphs_by_gpus(const core::JsonReader& node, int least, int gpus_per_node) {
+  node.expect_object();
+  std::map<int, TunerGraphs> by_gpus;
+  for (const std::string& key : node.keys()) {
+    int gpus = 0;
+    const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), gpus);
+    if (error != std::errc() || end != key.data() + key.size() || gpus < least || gpus >= gpus_per_node)
+      node.at(key).fail(
+          fmt::format("expected a key that counts the group's GPUs a node, {} to {} (fewer than "
+                      "gpus_per_node), got \"{}\"",
+                      least, gpus_per_node - 1, key));
+    by_gpus[gpus] = read_graphs(node.at(key));
+  }
+  return by_gpus;
+}
+
 void read_tuner(const core::JsonReader& node, NetworkModel& network) {
   node.expect_object();
   node.allow_only({"gpus_per_node", "base_latency_us", "hw_latency_us", "ll_max_gbps",
@@ -237,7 +255,8 @@ void read_tuner(const core::JsonReader& node, NetworkModel& network) {
   tuner.tree_ll128_max_bw = read_fixed<kNodeClasses>(node.at("tree_ll128_max_gbps_per_channel"), 1e4, classes);
   tuner.tree_max_bw = read_fixed<kNodeClasses>(node.at("tree_max_gbps_per_channel"), 1e4, classes);
   tuner.nvls_tree_max_bw = read_fixed<kNodeClasses>(node.at("nvls_tree_max_gbps_per_channel"), 1e4, classes);
-  tuner.nvls_efficiency = read_fraction(node.at("nvls_efficiency"));
+  // NCCL has NVLS from Hopper on; an Ampere tuner has no nvls graphs and no efficiency.
+  if (node.has("nvls_efficiency")) tuner.nvls_efficiency = read_fraction(node.at("nvls_efficiency"));
   tuner.net_overhead = read_microseconds(node.at("net_overhead_us"));
   const core::JsonReader correction = node.at("tree_correction");
   correction.expect_object();
@@ -250,9 +269,19 @@ void read_tuner(const core::JsonReader& node, NetworkModel& network) {
   }
   const core::JsonReader graphs = node.at("graphs");
   graphs.expect_object();
-  graphs.allow_only({"one_node", "across_nodes"});
+  graphs.allow_only({"one_node", "across_nodes", "fewer_gpus"});
   tuner.one_node = read_graphs(graphs.at("one_node"));
   tuner.across_nodes = read_graphs(graphs.at("across_nodes"));
+  if (graphs.has("fewer_gpus")) {
+    const core::JsonReader fewer = graphs.at("fewer_gpus");
+    fewer.expect_object();
+    fewer.allow_only({"one_node", "across_nodes"});
+    // A one-node group holds at least 2 GPUs; across nodes, a GPU of each node is a group too.
+    if (fewer.has("one_node"))
+      tuner.one_node_partial = read_graphs_by_gpus(fewer.at("one_node"), 2, tuner.gpus_per_node);
+    if (fewer.has("across_nodes"))
+      tuner.across_nodes_partial = read_graphs_by_gpus(fewer.at("across_nodes"), 1, tuner.gpus_per_node);
+  }
   network.tuner = std::move(tuner);
 }
 
@@ -384,14 +413,15 @@ const MeasuredCurve* Protocol::measured_on(int ranks, int nodes) const {
   return nullptr;
 }
 
-double fill_chunk(const Protocol& protocol, double chunk_limit) {
-  return std::min(protocol.pipeline_chunk, chunk_limit);
+double fill_chunk(const Protocol& protocol, double chunk_limit, double chunk_fraction) {
+  return std::min(protocol.pipeline_chunk * chunk_fraction, chunk_limit);
 }
 
 double protocol_time(const Protocol& protocol, const ScheduleCost& cost) {
   return protocol.base_latency + cost.latency + cost.intra_steps * protocol.step_latency_intra +
          cost.inter_steps * protocol.step_latency_inter +
-         (cost.bandwidth + fill_chunk(protocol, cost.chunk_limit) * cost.fill) / protocol.bandwidth_fraction;
+         (cost.bandwidth + fill_chunk(protocol, cost.chunk_limit, cost.chunk_fraction) * cost.fill) /
+             protocol.bandwidth_fraction;
 }
 
 const Protocol* choose_protocol(const NetworkModel& network, double bytes, const ScheduleCost& cost) {

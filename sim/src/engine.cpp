@@ -678,7 +678,8 @@ void Simulation::run_schedule(const Schedule& schedule, const std::vector<sg4::H
   run_flows(hosts, pipeline, 1.0);
   // A chunk pipeline's fill (ScheduleCost::fill), at the idle links' rates.
   if (steps && protocol && schedule.chunk_limit > 0)
-    pipeline_wait += fill_chunk(*protocol, schedule.chunk_limit) * scale * chunk_fill(schedule, member_nodes, costs_);
+    pipeline_wait += fill_chunk(*protocol, schedule.chunk_limit, schedule.chunk_fraction) * scale *
+                     chunk_fill(schedule, member_nodes, costs_);
   if (pipeline_wait > 0) sg4::this_actor::sleep_for(pipeline_wait);
 }
 

@@ -308,8 +308,12 @@ TEST(Protocols, AChunkPipelinePaysItsFillAtTheProtocolsShare) {
   cost.fill = 60e-12;
   EXPECT_DOUBLE_EQ(sim::protocol_time(simple, cost), 2e-3);  // no limit: a ring
   cost.chunk_limit = 4 << 20;
-  EXPECT_DOUBLE_EQ(sim::fill_chunk(simple, cost.chunk_limit), 1 << 20);
+  EXPECT_DOUBLE_EQ(sim::fill_chunk(simple, cost.chunk_limit, 1), 1 << 20);
   EXPECT_NEAR(sim::protocol_time(simple, cost), 2e-3 + 2 * (1 << 20) * 60e-12, 1e-15);
+  cost.chunk_fraction = 0.5;  // NVLSTree from 4 nodes: NCCL halves its chunk
+  EXPECT_DOUBLE_EQ(sim::fill_chunk(simple, cost.chunk_limit, cost.chunk_fraction), 1 << 19);
+  EXPECT_NEAR(sim::protocol_time(simple, cost), 2e-3 + 2 * (1 << 19) * 60e-12, 1e-15);
+  cost.chunk_fraction = 1;
   cost.chunk_limit = 1 << 19;  // a small collective keeps smaller chunks
   EXPECT_NEAR(sim::protocol_time(simple, cost), 2e-3 + 2 * (1 << 19) * 60e-12, 1e-15);
 }
@@ -499,12 +503,15 @@ TEST(NvlsTree, SimulatedTimeMatchesClosedFormAndSelection) {
 
 // Under a protocol with a pipeline chunk the engine adds the trees' fill after the flows: 4 MiB
 // crossing a 50 GB/s NIC (83.9 us) once on 2 nodes (up and down, the busiest hop not counted) and
-// 3 times on 4 (two levels each way); within SimGrid's 1e-3 of the closed form plus the fill.
+// 3 times on 4 (two levels each way), where NCCL halves its NVLSTree chunk (2 MiB, 41.9 us); within
+// SimGrid's 1e-3 of the closed form plus the fill.
 TEST(NvlsTree, ItsChunksFillThePipelineHopByHop) {
-  const double chunk = 4 << 20;
+  const double protocol_chunk = 4 << 20;
   for (int nodes : {2, 4}) {
+    const double chunk = nodes >= 4 ? protocol_chunk / 2 : protocol_chunk;
     sim::PlatformSpec platform = nvls_tree_cluster(nodes);
-    platform.cost.network.protocols = {{"Simple", 1.0, 0, 0, 0, std::numeric_limits<double>::infinity(), chunk, {}}};
+    platform.cost.network.protocols = {
+        {"Simple", 1.0, 0, 0, 0, std::numeric_limits<double>::infinity(), protocol_chunk, {}}};
     core::Program program = empty_program({8 * nodes}, {"world"});
     add_collective(program, CollectiveKind::all_reduce, 1e9, {0});
     const double hops = nodes == 2 ? 1 : 3;

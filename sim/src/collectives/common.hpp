@@ -132,6 +132,10 @@ inline double ring_pass_bytes(int size, double bytes) { return (size - 1) * (byt
 // The largest chunk a tree pipeline across nodes keeps (Schedule::chunk_limit): half the shard
 // n/g each rail carries.
 inline double tree_chunk_limit(int g, double bytes) { return bytes / g / 2; }
+// NVLSTree's share of the protocol's pipeline chunk on m nodes: NCCL caps its chunk at
+// nvlsTreeMaxChunkSize, which is its 128 KiB NVLS chunk on 2 and 3 nodes and 64 KiB from 4
+// (src/transport/nvls.cc, ncclNvlsTuning; src/enqueue.cc), so from 4 nodes a link moves half.
+inline double nvls_tree_chunk_fraction(int m) { return m >= 4 ? 0.5 : 1.0; }
 
 // A group's members by node (hierarchical.cpp builds it; the selector reads the shape).
 struct NodeLayout {

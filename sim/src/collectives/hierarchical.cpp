@@ -112,6 +112,7 @@ Schedule nvls_tree_schedule(const NodeLayout& layout, double bytes, int full_m) 
   append(schedule, nvls_half_phase("intra nvls multicast", layout, bytes));
   schedule.pipelined = true;  // as NCCL's tree: chunks of every stage in flight at once
   schedule.chunk_limit = tree_chunk_limit(layout.g(), bytes);
+  schedule.chunk_fraction = nvls_tree_chunk_fraction(full_m);
   return schedule;
 }
 

@@ -31,11 +31,10 @@ int ring_steps(core::CollectiveKind kind, int ranks) {
 
 // Bus bandwidth in GB/s, as tuning.cc refines the graph's channels x GB/s, then converted to the
 // algorithm bandwidth (bytes / time) the time divides by. 0: not run.
-double algorithm_bandwidth(const NcclTuner& tuner, core::CollectiveKind kind, NcclAlgorithm algorithm,
-                           NcclProtocol protocol, int nodes, int ranks) {
+double algorithm_bandwidth(const NcclTuner& tuner, const TunerGraphs& graphs, core::CollectiveKind kind,
+                           NcclAlgorithm algorithm, NcclProtocol protocol, int nodes, int ranks) {
   const bool all_reduce = kind == core::CollectiveKind::all_reduce;
   const bool nvls = algorithm == NcclAlgorithm::nvls || algorithm == NcclAlgorithm::nvls_tree;
-  const TunerGraphs& graphs = nodes == 1 ? tuner.one_node : tuner.across_nodes;
   const TunerGraph& graph = nvls ? graphs.nvls : (algorithm == NcclAlgorithm::tree ? graphs.tree : graphs.ring);
   if (graph.channels <= 0) return 0;
   const int node_class = std::min(nodes, kNodeClasses) - 1;
@@ -104,9 +103,13 @@ struct Candidate {
 };
 
 std::vector<Candidate> candidates(core::CollectiveKind kind, const NodeLayout& layout, const LinkCosts& costs) {
-  // NCCL's tree is the chain inside one node and the hierarchical tree across whole nodes.
+  // NCCL's tree is the chain inside one node and the hierarchical tree across nodes (chains inside
+  // each, the double binary tree between them), which with one GPU a node is that tree alone.
+  const Algorithm tree = layout.m() == 1   ? Algorithm::chain
+                         : layout.g() == 1 ? Algorithm::tree
+                                           : Algorithm::hierarchical;
   const Candidate all[] = {
-      {NcclAlgorithm::tree, layout.m() == 1 ? Algorithm::chain : Algorithm::hierarchical},
+      {NcclAlgorithm::tree, tree},
       {NcclAlgorithm::ring, Algorithm::ring},
       {NcclAlgorithm::nvls, Algorithm::nvls},
       {NcclAlgorithm::nvls_tree, Algorithm::nvls_tree},
@@ -119,6 +122,13 @@ std::vector<Candidate> candidates(core::CollectiveKind kind, const NodeLayout& l
 
 }  // namespace
 
+const TunerGraphs* tuner_graphs(const NcclTuner& tuner, int nodes, int per_node) {
+  if (per_node == tuner.gpus_per_node) return nodes == 1 ? &tuner.one_node : &tuner.across_nodes;
+  const std::map<int, TunerGraphs>& partial = nodes == 1 ? tuner.one_node_partial : tuner.across_nodes_partial;
+  const auto it = partial.find(per_node);
+  return it == partial.end() ? nullptr : &it->second;
+}
+
 std::optional<double> nccl_tuner_time(const NcclTuner& tuner, core::CollectiveKind kind, NcclAlgorithm algorithm,
                                       NcclProtocol protocol, int nodes, int ranks, double bytes) {
   const bool nvls = algorithm == NcclAlgorithm::nvls || algorithm == NcclAlgorithm::nvls_tree;
@@ -126,7 +136,9 @@ std::optional<double> nccl_tuner_time(const NcclTuner& tuner, core::CollectiveKi
   if ((algorithm == NcclAlgorithm::nvls_tree && nodes == 1) || (algorithm == NcclAlgorithm::nvls && nodes > 1))
     return std::nullopt;
   if (algorithm == NcclAlgorithm::tree && kind != core::CollectiveKind::all_reduce) return std::nullopt;
-  double bw = algorithm_bandwidth(tuner, kind, algorithm, protocol, nodes, ranks);
+  const TunerGraphs* graphs = nodes >= 1 && ranks % nodes == 0 ? tuner_graphs(tuner, nodes, ranks / nodes) : nullptr;
+  if (!graphs) return std::nullopt;
+  double bw = algorithm_bandwidth(tuner, *graphs, kind, algorithm, protocol, nodes, ranks);
   if (!(bw > 0)) return std::nullopt;
   double latency = algorithm_latency(tuner, kind, algorithm, protocol, nodes, ranks);
   const auto& correction = tuner.tree_correction[index_of(protocol)];
@@ -135,11 +147,10 @@ std::optional<double> nccl_tuner_time(const NcclTuner& tuner, core::CollectiveKi
   if (algorithm == NcclAlgorithm::tree && kind == core::CollectiveKind::all_reduce && log_size >= 0 &&
       log_size < static_cast<int>(correction.size()))
     bw *= correction[log_size];
-  // Rings of Simple across nodes reach a plateau that costs more latency (tuning.cc, Hopper: 1.4).
-  const TunerGraphs& graphs = nodes == 1 ? tuner.one_node : tuner.across_nodes;
+  // Rings of Simple across nodes reach a plateau that costs more latency (tuning.cc, from Ampere: 1.4).
   if (algorithm == NcclAlgorithm::ring && protocol == NcclProtocol::simple && nodes > 1 &&
-      kind == core::CollectiveKind::all_reduce && graphs.comm_channels > 0 &&
-      std::floor(bytes / (static_cast<double>(graphs.comm_channels) * ranks)) >= 64)
+      kind == core::CollectiveKind::all_reduce && graphs->comm_channels > 0 &&
+      std::floor(bytes / (static_cast<double>(graphs->comm_channels) * ranks)) >= 64)
     latency *= 1.4;
   return latency + bytes / (bw * 1e9);
 }
@@ -152,7 +163,7 @@ std::optional<TunerChoice> nccl_tuner_choice(const NcclTuner& tuner, core::Colle
     return std::nullopt;
   if (member_nodes.size() < 2 || tuner.gpus_per_node < 2) return std::nullopt;
   const NodeLayout layout = node_layout(member_nodes);
-  if (!layout.even || layout.g() != tuner.gpus_per_node) return std::nullopt;
+  if (!layout.even || !tuner_graphs(tuner, layout.m(), layout.g())) return std::nullopt;
   const int nodes = layout.m(), ranks = static_cast<int>(member_nodes.size());
   std::optional<TunerChoice> best;
   double best_time = 0;

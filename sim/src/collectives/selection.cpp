@@ -72,8 +72,8 @@ double nvls_tree_time(const NodeLayout& layout, double bytes, const LinkCosts& c
     under_protocol.beta_intra /= simple->bandwidth_fraction;
     under_protocol.beta_inter /= simple->bandwidth_fraction;
     steps = 2 * dtree_depth(layout.m()) * simple->step_latency_inter;
-    fill = fill_chunk(*simple, tree_chunk_limit(layout.g(), bytes)) * (2 * dtree_depth(layout.m()) - 1) *
-           under_protocol.beta_inter;
+    fill = fill_chunk(*simple, tree_chunk_limit(layout.g(), bytes), nvls_tree_chunk_fraction(layout.m())) *
+           (2 * dtree_depth(layout.m()) - 1) * under_protocol.beta_inter;
   }
   return costs.nvls_tree_launch + nvls_tree_closed_form_time(layout.g(), layout.m(), bytes, under_protocol) + steps +
          fill;
@@ -239,6 +239,7 @@ ScheduleCost estimate_parts(const Schedule& schedule, const std::vector<int>& me
     ScheduleCost total = estimate_pipelined(schedule, member_nodes, costs);
     total.fill = chunk_fill(schedule, member_nodes, costs);
     total.chunk_limit = schedule.chunk_limit;
+    total.chunk_fraction = schedule.chunk_fraction;
     return total;
   }
   const int p = static_cast<int>(member_nodes.size());

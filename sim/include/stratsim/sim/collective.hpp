@@ -69,6 +69,8 @@ struct Schedule {
   // member sends over one hop, since NCCL shrinks its chunks to keep several in flight. 0: no fill
   // (rings: every link is busy every step).
   double chunk_limit = 0;
+  // The share of the protocol's pipeline chunk this pipeline moves (NVLSTree from 4 nodes: half).
+  double chunk_fraction = 1;
 };
 
 // member_nodes[i]: the node of member i (members in group order). Throws std::invalid_argument
@@ -146,6 +148,7 @@ struct ScheduleCost {
   // NVLS's launch latency). The protocol's pipeline chunk, up to chunk_limit, times this.
   double fill = 0;
   double chunk_limit = 0;
+  double chunk_fraction = 1;
 };
 ScheduleCost estimate_parts(const Schedule& schedule, const std::vector<int>& member_nodes, const LinkCosts& costs);
 // ScheduleCost::fill of a chunk pipeline (0 for any other schedule).

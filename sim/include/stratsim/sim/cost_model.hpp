@@ -137,8 +137,9 @@ struct CostModel {
 // protocol's chunk, up to the schedule's limit) / fraction.
 double protocol_time(const Protocol& protocol, const ScheduleCost& cost);
 // The bytes of one chunk of a pipeline whose size allows chunks up to `chunk_limit` under
-// `protocol` (Schedule::chunk_limit; 0 for rings).
-double fill_chunk(const Protocol& protocol, double chunk_limit);
+// `protocol` (Schedule::chunk_limit; 0 for rings), that moves `chunk_fraction` of the protocol's
+// chunk (Schedule::chunk_fraction).
+double fill_chunk(const Protocol& protocol, double chunk_limit, double chunk_fraction);
 // The protocol NCCL's tuner would pick: the lowest protocol_time among the protocols allowed for
 // `bytes`. Null when the model has none.
 const Protocol* choose_protocol(const NetworkModel& network, double bytes, const ScheduleCost& cost);

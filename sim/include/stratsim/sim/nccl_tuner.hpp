@@ -8,11 +8,14 @@
 // The tuner works from the rings, trees and NVLS heads NCCL's topology search finds on a node
 // (channels and GB/s a channel, inside a node and across nodes), which are data here too: the
 // graph of the preset's node, by node class (one node; two nodes; three and more). It applies to a
-// collective whose group fills whole nodes of that shape (gpus_per_node ranks on each of its
-// nodes); any other group is chosen by the simulator's own costs, as without a tuner.
+// collective whose group holds the same number of GPUs on each of its nodes: all gpus_per_node of
+// them, or fewer where the data has the graphs for that many (a TP group of 2 or 4 inside a node;
+// the data-parallel groups of TP x DP, 8 / TP GPUs of each node); any other group is chosen by the
+// simulator's own costs, as without a tuner.
 #pragma once
 
 #include <array>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -64,11 +67,19 @@ struct NcclTuner {
   double net_overhead = 0;           // seconds a ring step across nodes costs at least (netOverhead)
   // Factors on a tree all-reduce's bandwidth by log2(bytes / 64), per protocol (treeCorrectionFactor).
   std::array<std::vector<double>, kNcclProtocols> tree_correction;
+  // The graphs of groups that fill whole nodes (gpus_per_node GPUs of each), inside one node and
+  // across nodes; then those of groups holding fewer GPUs of each node, by how many.
   TunerGraphs one_node, across_nodes;
+  std::map<int, TunerGraphs> one_node_partial, across_nodes_partial;
 };
 
+// The graphs NCCL finds for a group of `per_node` GPUs on each of `nodes` nodes; null where the
+// data has none for that many.
+const TunerGraphs* tuner_graphs(const NcclTuner& tuner, int nodes, int per_node);
+
 // NCCL's estimate (seconds) for `kind` of `bytes` on `nodes` nodes of `ranks` ranks in all under
-// one algorithm and protocol; nullopt where NCCL would not run that pair (no bandwidth).
+// one algorithm and protocol; nullopt where NCCL would not run that pair (no bandwidth), or the
+// data has no graphs for ranks / nodes GPUs a node.
 std::optional<double> nccl_tuner_time(const NcclTuner& tuner, core::CollectiveKind kind, NcclAlgorithm algorithm,
                                       NcclProtocol protocol, int nodes, int ranks, double bytes);
 
@@ -79,10 +90,11 @@ struct TunerChoice {
 
 // NCCL's choice for a collective on this group: the lowest tuner estimate among the pairs the
 // simulator can run on the group's shape (NVLS where costs.nvls_beta > 0 and the group is one node;
-// NVLSTree where costs.nvls_tree_beta > 0 across nodes; NCCL's tree as the chain inside one node
-// and the hierarchical tree across nodes). `forced`: NCCL_ALGO set, only the protocol is chosen.
-// Nullopt when the tuner does not apply: a kind NCCL does not tune (all-to-all, scatter), or a
-// group that does not fill whole nodes of gpus_per_node.
+// NVLSTree where costs.nvls_tree_beta > 0 across nodes; NCCL's tree as the chain inside one node,
+// the hierarchical tree across nodes, and the double binary tree across nodes of one GPU each).
+// `forced`: NCCL_ALGO set, only the protocol is chosen. Nullopt when the tuner does not apply: a
+// kind NCCL does not tune (all-to-all, scatter), or a group whose shape has no graphs (uneven
+// nodes, or a count of GPUs a node the data does not list).
 std::optional<TunerChoice> nccl_tuner_choice(const NcclTuner& tuner, core::CollectiveKind kind,
                                              const std::vector<int>& member_nodes, double bytes, const LinkCosts& costs,
                                              std::optional<Algorithm> forced = std::nullopt);
