@@ -432,7 +432,7 @@ void parse_mesh(const JsonReader& doc, Plan& plan) {
 
 OptimizerConfig parse_optimizer(const JsonReader& node) {
   node.allow_only({"type", "lr", "momentum", "weight_decay", "amsgrad", "master_weights", "foreach", "fused", "betas",
-                   "eps", "max_norm"});
+                   "eps", "max_norm", "grad_scaler"});
   OptimizerConfig config;
   std::string type = node.get_string("type", "sgd");
   if (type == "sgd" || type == "SGD") config.kind = OptimizerKind::sgd;
@@ -444,6 +444,7 @@ OptimizerConfig parse_optimizer(const JsonReader& node) {
   config.weight_decay = node.get_number("weight_decay", 0.0);
   config.amsgrad = node.get_bool("amsgrad", false);
   config.master_weights = node.get_bool("master_weights", false);
+  config.grad_scaler = node.get_bool("grad_scaler", false);
   if (node.has("max_norm")) {
     config.max_norm = node.get_number("max_norm", 0.0);
     if (!(config.max_norm > 0)) node.at("max_norm").fail("expected a positive number (the gradient norm to clip to)");

@@ -27,7 +27,7 @@ constexpr EnumNames<CollectiveKind, 6> kCollectiveKindNames{{{{CollectiveKind::a
                                                               {CollectiveKind::all_to_all, "all_to_all"},
                                                               {CollectiveKind::scatter, "scatter"}}}};
 
-constexpr EnumNames<OpRole, 23> kRoleNames{{{{OpRole::none, "none"},
+constexpr EnumNames<OpRole, 24> kRoleNames{{{{OpRole::none, "none"},
                                              {OpRole::leaf, "leaf"},
                                              {OpRole::param_matmul, "param_matmul"},
                                              {OpRole::optimizer, "optimizer"},
@@ -49,7 +49,8 @@ constexpr EnumNames<OpRole, 23> kRoleNames{{{{OpRole::none, "none"},
                                              {OpRole::tp_grad_output, "tp_grad_output"},
                                              {OpRole::tp_param_grad, "tp_param_grad"},
                                              {OpRole::tp_distribute, "tp_distribute"},
-                                             {OpRole::clip_grad_norm, "clip_grad_norm"}}}};
+                                             {OpRole::clip_grad_norm, "clip_grad_norm"},
+                                             {OpRole::grad_scaler, "grad_scaler"}}}};
 
 // A JSON string naming a value of `names`' enum; anything else is an error at the node's path.
 template <typename Enum, std::size_t N>

@@ -204,6 +204,7 @@ class Trainer {
         // The gathers and reductions above move the values these kernels copy.
         return;
       case OpRole::clip_grad_norm:
+      case OpRole::grad_scaler:
         // Refused before the run (train_unsupported_reason).
       case OpRole::none:
         break;

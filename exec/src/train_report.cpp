@@ -75,6 +75,9 @@ std::string train_unsupported_reason(const core::Model& model, const core::Plan&
   if (plan.optimizer.max_norm > 0)
     return "optimizer.max_norm (clip_grad_norm_) has no --train numerics yet; `stratsim run` without --train "
            "executes its all-reduce and kernels";
+  if (plan.optimizer.grad_scaler)
+    return "optimizer.grad_scaler (loss scaling) has no --train numerics yet (parity is checked in float32, which "
+           "never scales); `stratsim run` without --train executes its all-reduces and kernels";
   for (const core::PlanStep& step : plan.steps) {
     if (const auto* fsdp2 = std::get_if<core::FullyShard2Step>(&step.body))
       for (const auto& dtype : {fsdp2->param_dtype, fsdp2->reduce_dtype, fsdp2->output_dtype})

@@ -252,3 +252,87 @@ TEST(ClipGradNorm, FailsWherePyTorchFailsOrStratsimDoesNotModel) {
               "clip to)");
   }
 }
+
+// GradScaler.unscale_ before clipping and the step: one read and write of every gradient, then
+// found_inf (one float32) all-reduced by max over each mesh dim the first DTensor gradient is not
+// Replicate on (tests/data/golden/grad_scaler_*.json hold what PyTorch 2.15 issued).
+TEST(GradScaler, UnscalesEveryGradientAndReducesFoundInfBeforeClipping) {
+  const PlanResult r = fsdp2(4, "2.15", "", R"({"type":"adamw","max_norm":1.0,"grad_scaler":true})");
+  std::vector<std::string> optimizer;
+  for (const CollectiveRecord& c : iteration(r, 2).collectives)
+    if (c.phase == Phase::optimizer) optimizer.push_back(c.op + " " + std::to_string(c.bytes) + " " + c.group);
+  EXPECT_EQ(optimizer,
+            (std::vector<std::string>{"c10d_functional.all_reduce 4 world", "c10d_functional.all_reduce 16 world"}));
+  const ProgramOp& unscale = named(r, "grad_scaler.unscale");
+  const ProgramOp& norm = named(r, "clip_grad_norm.norm");
+  EXPECT_EQ(unscale.bytes_accessed, 2 * 2 * 33 * 4);  // a read and a write of 33 float32 per Linear and rank
+  EXPECT_EQ(unscale.role, OpRole::grad_scaler);
+  EXPECT_LT(unscale.id, norm.id);
+  for (const ProgramOp& op : r.program.ops)
+    if (op.iteration == 2 && op.role == OpRole::grad_scaler && op.type == OpType::collective) {
+      EXPECT_TRUE(waits_for(op, unscale.id));
+      EXPECT_TRUE(waits_for(norm, op.id));
+    }
+}
+
+TEST(GradScaler, FoundInfFollowsTheFirstGradientsPlacementsAndTheScaler) {
+  auto found_inf = [](const nlohmann::json& model, const std::string& plan) {
+    std::vector<std::string> groups;
+    const PlanResult r = run_plan(model_from_json(model), plan);
+    for (const CollectiveRecord& c : iteration(r, 1).collectives)
+      if (c.phase == Phase::optimizer && c.bytes == 4) groups.push_back(c.op + " " + c.group);
+    return groups;
+  };
+  const nlohmann::json seq = nlohmann::json::parse(R"({"name": "M", "modules": [
+      {"name": "0", "type": "Linear", "in_features": 10, "out_features": 10},
+      {"name": "1", "type": "ReLU"}, {"name": "2", "type": "Linear", "in_features": 10, "out_features": 10}]})");
+  // FSDP2 over tensor parallelism: the first gradient is sharded on both dims, in mesh order.
+  EXPECT_EQ(found_inf(seq, R"({"world_size":4,"mesh":{"shape":[2,2],"dim_names":["dp","tp"]},"iterations":1,
+      "torch_version":"2.15","optimizer":{"grad_scaler":true},"steps":[
+      {"parallelize_module":{"module":"","mesh_dim":"tp","plan":{"0":"colwise","2":"rowwise"}}},
+      {"torch.distributed.fsdp.fully_shard":{"module":"","mesh_dim":"dp"}}]})"),
+            (std::vector<std::string>{"c10d_functional.all_reduce dp", "c10d_functional.all_reduce tp"}));
+  // HSDP: Replicate over "rep".
+  EXPECT_EQ(found_inf(seq, R"({"world_size":8,"mesh":{"shape":[2,4],"dim_names":["rep","shard"]},"iterations":1,
+      "optimizer":{"grad_scaler":true},"steps":[{"torch.distributed.fsdp.fully_shard":{"module":"",
+      "mesh_dim":["rep","shard"]}}]})"),
+            std::vector<std::string>{"c10d_functional.all_reduce shard"});
+  // RowwiseParallel's Embedding first: its gradient is Replicate although its weight is Shard(0).
+  const nlohmann::json embedding = nlohmann::json::parse(R"({"name": "M", "modules": [
+      {"name": "emb", "type": "Embedding", "num_embeddings": 16, "embedding_dim": 8},
+      {"name": "fc", "type": "Linear", "in_features": 8, "out_features": 8}]})");
+  EXPECT_TRUE(found_inf(embedding, R"json({"world_size":2,"iterations":1,"torch_version":"2.15",
+      "optimizer":{"grad_scaler":true},"steps":[{"parallelize_module":{"module":"","mesh_dim":"world","plan":{
+      "emb":{"style":"RowwiseParallel","input_layouts":"Replicate()"},"fc":"colwise"}}}]})json")
+                  .empty());
+  // DDP's gradients are plain: nothing to reduce. FSDP1's ShardedGradScaler reduces over the world.
+  EXPECT_TRUE(found_inf(seq, R"({"world_size":2,"iterations":1,"optimizer":{"grad_scaler":true},
+      "steps":[{"replicate":{"module":""}}]})")
+                  .empty());
+  EXPECT_EQ(found_inf(seq, R"({"world_size":4,"mesh":{"shape":[2,2],"dim_names":["rep","shard"]},"iterations":1,
+      "optimizer":{"grad_scaler":true},"steps":[{"fully_shard":{"module":"","mesh_dim":["rep","shard"],
+      "strategy":"HYBRID_SHARD"}}]})"),
+            std::vector<std::string>{"c10d.allreduce_ world"});
+}
+
+TEST(GradScaler, FailsWherePyTorchFails) {
+  // torch.amp.GradScaler takes no float16 gradients (FSDP1's ShardedGradScaler does).
+  const Model half = model_from_json(nlohmann::json::parse(R"({"name": "M", "modules": [
+      {"name": "0", "type": "Linear", "in_features": 10, "out_features": 10, "dtype": "float16"}]})"));
+  EXPECT_EQ(plan_error([&] {
+              run_plan(half, R"({"world_size":2,"iterations":1,"optimizer":{"grad_scaler":true},
+                  "steps":[{"replicate":{"module":""}}]})");
+            }),
+            "optimizer.grad_scaler: GradScaler.unscale_: Attempting to unscale FP16 gradients.");
+  EXPECT_NO_THROW(run_plan(half, R"({"world_size":2,"iterations":1,"optimizer":{"grad_scaler":true},
+      "steps":[{"fully_shard":{"module":""}}]})"));
+  // FSDP2 on one Linear only: DTensor and plain gradients of one dtype.
+  EXPECT_EQ(plan_error([] {
+              run_plan(seq_model(), R"({"world_size":2,"iterations":1,"optimizer":{"grad_scaler":true},
+                  "steps":[{"torch.distributed.fsdp.fully_shard":{"module":"0"}}]})");
+            }),
+            "optimizer.grad_scaler: GradScaler.unscale_: aten._amp_foreach_non_finite_check_and_unscale_.default: "
+            "got mixed torch.Tensor and DTensor, need to convert all torch.Tensor to DTensor before calling "
+            "distributed operators! Please see https://docs.pytorch.org/docs/main/distributed.tensor.html"
+            "#mixed-tensor-and-dtensor-operations for more details.");
+}

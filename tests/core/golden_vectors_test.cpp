@@ -110,6 +110,75 @@ INSTANTIATE_TEST_SUITE_P(RecordedWithSequenceParallel, Fsdp2Golden, testing::Val
 INSTANTIATE_TEST_SUITE_P(Recorded, ClipRefusalGolden, testing::ValuesIn(refused_clips()),
                          [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
 
+// The same generators with loss scaling (record_*.py --grad-scaler, tools/golden/scaling.py): every
+// case's plan says optimizer.grad_scaler, unless PyTorch refused to unscale its gradients.
+constexpr const char* kScaledFiles[] = {"grad_scaler_fsdp2.json", "grad_scaler_fsdp2_tp.json", "grad_scaler_tp_sp.json",
+                                        "grad_scaler_fsdp1.json"};
+INSTANTIATE_TEST_SUITE_P(RecordedWithGradScaler, Fsdp2Golden, testing::ValuesIn(load_cases(kScaledFiles[0])),
+                         [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(RecordedWithGradScalerAndTensorParallel, Fsdp2Golden,
+                         testing::ValuesIn(load_cases(kScaledFiles[1])),
+                         [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(RecordedWithGradScalerAndSequenceParallel, Fsdp2Golden,
+                         testing::ValuesIn(load_cases(kScaledFiles[2])),
+                         [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(RecordedFsdp1WithShardedGradScaler, Fsdp2Golden,
+                         testing::ValuesIn(load_cases(kScaledFiles[3])),
+                         [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
+
+// Where PyTorch refused to unscale (plain and DTensor gradients of one dtype), the planner refuses
+// the plan with grad_scaler in PyTorch's words.
+class ScalerRefusalGolden : public testing::TestWithParam<GoldenCase> {};
+
+namespace {
+std::vector<GoldenCase> refused_scalers() {
+  std::vector<GoldenCase> refused;
+  for (const char* file : kScaledFiles)
+    for (GoldenCase& c : load_cases(file))
+      if (c.doc.contains("grad_scaler_error")) refused.push_back(std::move(c));
+  return refused;
+}
+}  // namespace
+
+TEST_P(ScalerRefusalGolden, FailsWherePyTorchFailed) {
+  const nlohmann::json& c = GetParam().doc;
+  nlohmann::json plan_doc = c.at("plan");
+  plan_doc["optimizer"]["grad_scaler"] = true;
+  const Model model = model_from_json(c.at("model"), GetParam().name + ".model");
+  const Plan plan = parse_plan(JsonReader(plan_doc, GetParam().name + ".plan"));
+  EXPECT_EQ(plan_error([&] { plan_training(model, plan, {}); }),
+            "optimizer.grad_scaler: GradScaler.unscale_: " + c.at("grad_scaler_error").get<std::string>());
+}
+
+INSTANTIATE_TEST_SUITE_P(Recorded, ScalerRefusalGolden, testing::ValuesIn(refused_scalers()),
+                         [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
+
+// The loss-scaling recordings scale most cases and reduce found_inf: by max over DTensor gradients'
+// sharded dims (FSDP2, tensor parallel, both), and over the world under FSDP1's ShardedGradScaler.
+TEST(GradScalerGoldenFile, ScaledCasesReduceFoundInfAndPyTorchsRefusals) {
+  int scaled = 0, refused = 0, dtensor_reductions = 0, world_reductions = 0;
+  for (const char* file : kScaledFiles) {
+    std::ifstream in(std::string(STRATSIM_TEST_DATA) + "/golden/" + file);
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    EXPECT_TRUE(doc.at("recorded_with").get<std::string>().starts_with("PyTorch 2.15")) << file;
+    for (const nlohmann::json& c : doc.at("cases")) {
+      refused += c.contains("grad_scaler_error");
+      if (!c.at("plan").contains("optimizer") || !c.at("plan").at("optimizer").value("grad_scaler", false)) continue;
+      ++scaled;
+      for (const nlohmann::json& iteration : c.at("iterations"))
+        for (const nlohmann::json& r : iteration) {
+          const bool found_inf = r.at("input_bytes") == 4 && r.at("dtype") == "float32";
+          dtensor_reductions += found_inf && r.at("op") == "c10d_functional.all_reduce";
+          world_reductions += found_inf && r.at("op") == "c10d.allreduce_";
+        }
+    }
+  }
+  EXPECT_GE(scaled, 60);
+  EXPECT_GE(refused, 10);
+  EXPECT_GE(dtensor_reductions, 60);
+  EXPECT_GE(world_reductions, 16);
+}
+
 // The recording is what the README says it is: enough cases, from a current PyTorch, and covering
 // what the issue asks for (HSDP, mixed precision, accumulation, several world sizes).
 TEST(Fsdp2GoldenFile, CoversTheOptionsFromACurrentPyTorch) {

@@ -568,6 +568,11 @@ TEST(TrainSupport, UnsupportedModelsAndPlansSayWhy) {
   const std::string clip_why = exec::train_unsupported_reason(mlp, clipped, core::plan_training(mlp, clipped));
   EXPECT_NE(clip_why.find("optimizer.max_norm (clip_grad_norm_) has no --train numerics"), std::string::npos)
       << clip_why;
+  const core::Plan scaled = load_plan_text(R"({"world_size": 2, "optimizer": {"grad_scaler": true},
+      "steps": [{"replicate": {"module": ""}}]})");
+  const std::string scale_why = exec::train_unsupported_reason(mlp, scaled, core::plan_training(mlp, scaled));
+  EXPECT_NE(scale_why.find("optimizer.grad_scaler (loss scaling) has no --train numerics"), std::string::npos)
+      << scale_why;
   // A parameter no forward step reaches has no gradient: refused rather than judged.
   const core::Model unused = core::parse_model(core::JsonReader(nlohmann::json::parse(R"({"name": "M",
       "modules": [{"name": "a", "type": "Linear", "in_features": 4, "out_features": 4},

@@ -46,11 +46,13 @@ def record(record_case, plan, seed, index, *args):
     """record_case(*args) on a fresh process group, with clipping on for the chosen cases; returns
     its result and PyTorch's refusal (None when it clipped or was not asked to)."""
     if chosen(seed, index):
-        plan["optimizer"] = {"max_norm": 1.0}
+        plan.setdefault("optimizer", {})["max_norm"] = 1.0
     try:
         fresh_process_group(plan["world_size"])
         return record_case(*args), None
     except ClipError as error:
-        del plan["optimizer"]
+        del plan["optimizer"]["max_norm"]
+        if not plan["optimizer"]:
+            del plan["optimizer"]
         fresh_process_group(plan["world_size"])
         return record_case(*args), str(error)

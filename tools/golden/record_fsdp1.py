@@ -32,6 +32,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from record_fsdp2 import (DTYPES, CollectiveRecorder, apply_tensor_parallel, build_model,  # noqa: E402
                           compact_json, random_model, torch_version_rule)
+import scaling  # noqa: E402 (tools/golden/scaling.py)
 
 STRATEGIES = {"FULL_SHARD": ShardingStrategy.FULL_SHARD, "SHARD_GRAD_OP": ShardingStrategy.SHARD_GRAD_OP,
               "NO_SHARD": ShardingStrategy.NO_SHARD, "HYBRID_SHARD": ShardingStrategy.HYBRID_SHARD}
@@ -78,6 +79,9 @@ def record_case(doc, width, plan):
     mesh_spec = plan["mesh"]
     mesh = init_device_mesh("cpu", tuple(mesh_spec["shape"]), mesh_dim_names=tuple(mesh_spec["dim_names"]))
     group_names = {mesh.get_group(name).group_name: name for name in mesh_spec["dim_names"]}
+    # ShardedGradScaler reduces found_inf over the default group: all the mesh's dims, which the
+    # planner names "world" (on a 1-D mesh the dim's group is the default one and keeps its name).
+    group_names.setdefault(dist.group.WORLD.group_name, "world")
     torch.manual_seed(0)
     model = build_model(doc)
     recorder = CollectiveRecorder(group_names)
@@ -105,6 +109,7 @@ def record_case(doc, width, plan):
                            device_id=torch.device("cpu"))
     init = [gpu_key(r) for r in recorder.records]
     optimizer = torch.optim.SGD(wrapped.parameters(), lr=0.01)
+    scaler = scaling.scaler_for(plan, sharded=True)
     accumulation = plan["gradient_accumulation_steps"]
     iterations = []
     with recorder:
@@ -113,12 +118,13 @@ def record_case(doc, width, plan):
             start = len(recorder.records)
             x = torch.randn(plan["batch_size"], width, requires_grad=plan["input_requires_grad"])
             if sync:
-                wrapped(x).sum().backward()
-                optimizer.step()
+                scaling.backward(wrapped(x).sum(), scaler)
+                scaling.unscale(scaler, optimizer)
+                scaling.step(scaler, optimizer)
                 optimizer.zero_grad()
             else:
                 with wrapped.no_sync():
-                    wrapped(x).sum().backward()
+                    scaling.backward(wrapped(x).sum(), scaler)
             iterations.append([gpu_key(r) for r in recorder.records[start:]])
     return init, iterations
 
@@ -134,25 +140,34 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=40)
     parser.add_argument("--seed", type=int, default=4)
+    parser.add_argument("--grad-scaler", action="store_true",
+                        help="every case scales its loss with FSDP1's ShardedGradScaler (scaling.py)")
     parser.add_argument("-o", "--output", required=True)
     options = parser.parse_args()
     rng = random.Random(options.seed)
     cases = []
     while len(cases) < options.cases:
         doc, width, plan = random_plan(rng)
-        name = f"fsdp1_{len(cases):02d}"
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan["world_size"])
-        init, iterations = record_case(doc, width, plan)
+        name = f"fsdp1{'_scaled' if options.grad_scaler else ''}_{len(cases):02d}"
+
+        def record():
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan["world_size"])
+            return record_case(doc, width, plan)
+
+        (init, iterations), scaler_error = scaling.record(record, plan, options.grad_scaler)
         case = {"name": name, "model": dict(doc, input_features=width), "plan": plan}
+        if scaler_error:
+            case["grad_scaler_error"] = scaler_error
         if init:
             case["init"] = init
         case["iterations"] = iterations
         cases.append(case)
         print(f"{name}: world {plan['world_size']}, {sum(len(i) for i in iterations)} collectives", file=sys.stderr)
     out = {"recorded_with": f"PyTorch {torch.__version__}, fake process group, CPU tensors",
-           "generator": "tools/golden/record_fsdp1.py", "family": "fsdp1", "seed": options.seed,
+           "generator": "tools/golden/record_fsdp1.py" + (" --grad-scaler" if options.grad_scaler else ""),
+           "family": "fsdp1", "seed": options.seed,
            "cases": cases}
     with open(options.output, "w") as f:
         f.write(compact_json(out))

@@ -30,6 +30,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import clipping  # noqa: E402 (tools/golden/clipping.py, beside this file)
+import scaling  # noqa: E402 (tools/golden/scaling.py)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
@@ -335,6 +336,7 @@ def record_case(doc, input_width, plan):
                 group_names[info.shard_process_group.group_name] = f"{dims[-1]}({reshard})"
     init = list(recorder.records)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = scaling.scaler_for(plan)
     accumulation = plan["gradient_accumulation_steps"]
     fsdp_steps = [s["torch.distributed.fsdp.fully_shard"] for s in plan["steps"] if "parallelize_module" not in s]
     keep_unsharded = any(not s.get("reshard_after_backward_in_accumulation", True) for s in fsdp_steps)
@@ -352,10 +354,11 @@ def record_case(doc, input_width, plan):
                     module.set_reshard_after_backward(sync, recurse=False)
             start = len(recorder.records)
             x = torch.randn(plan["batch_size"], input_width, requires_grad=plan["input_requires_grad"])
-            model(x).sum().backward()
+            scaling.backward(model(x).sum(), scaler)
             if sync:
+                scaling.unscale(scaler, optimizer)
                 clipping.clip(model, plan)
-                optimizer.step()
+                scaling.step(scaler, optimizer)
                 optimizer.zero_grad()
             iterations.append(recorder.records[start:])
     return init, iterations
@@ -368,6 +371,8 @@ def main():
     parser.add_argument("--family", choices=["fsdp2", "fsdp2_tp"], default="fsdp2",
                         help="fsdp2: FSDP2 and HSDP on 1-D/2-D meshes; fsdp2_tp: Colwise/Rowwise "
                              "tensor parallelism on a dp x tp mesh, mostly under FSDP2")
+    parser.add_argument("--grad-scaler", action="store_true",
+                        help="every case scales its loss with torch.amp.GradScaler (scaling.py)")
     parser.add_argument("-o", "--output", required=True)
     options = parser.parse_args()
     rng = random.Random(options.seed)
@@ -380,13 +385,17 @@ def main():
             shape = rng.choice([(1, 2), (2, 2), (2, 2), (3, 2), (2, 4), (4, 2)])
             doc, input_width = random_tp_model(rng, shape[1])
             plan = random_tp_plan(rng, doc, shape)
-        name = f"{options.family}_{len(cases):02d}"
+        name = f"{options.family}{'_scaled' if options.grad_scaler else ''}_{len(cases):02d}"
         # Each case runs on a fake process group of its own world size (clipping.record).
-        (init, iterations), clip_error = clipping.record(record_case, plan, options.seed, len(cases), doc,
-                                                         input_width, plan)
+        index = len(cases)
+        ((init, iterations), clip_error), scaler_error = scaling.record(
+            lambda: clipping.record(record_case, plan, options.seed, index, doc, input_width, plan), plan,
+            options.grad_scaler)
         case = {"name": name, "model": doc, "input_features": input_width, "plan": plan}
         if clip_error:
             case["clip_error"] = clip_error
+        if scaler_error:
+            case["grad_scaler_error"] = scaler_error
         if init:  # applying the plan issued collectives: "init", before iteration 1's
             case["init"] = init
         case["iterations"] = iterations
@@ -394,7 +403,8 @@ def main():
         print(f"{name}: world {plan['world_size']}, {len(plan['steps'])} fully_shard calls, "
               f"{sum(len(i) for i in cases[-1]['iterations'])} collectives", file=sys.stderr)
     out = {"recorded_with": f"PyTorch {torch.__version__}, fake process group, CPU tensors",
-           "generator": "tools/golden/record_fsdp2.py", "family": options.family, "seed": options.seed, "cases": cases}
+           "generator": "tools/golden/record_fsdp2.py" + (" --grad-scaler" if options.grad_scaler else ""),
+           "family": options.family, "seed": options.seed, "cases": cases}
     with open(options.output, "w") as f:
         f.write(compact_json(out))
 

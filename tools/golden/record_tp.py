@@ -36,6 +36,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
                                                parallelize_module)
 
 import clipping  # noqa: E402 (tools/golden/clipping.py, beside this file)
+import scaling  # noqa: E402 (tools/golden/scaling.py)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from record_fsdp2 import DTYPES, CollectiveRecorder, compact_json, torch_version_rule  # noqa: E402
@@ -293,6 +294,7 @@ def record_case(c, plan):
             roots.append(modules[args["module"]])
     init = list(recorder.records)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = scaling.scaler_for(plan)
     accumulation = plan["gradient_accumulation_steps"]
     iterations = []
     generator = torch.Generator().manual_seed(1)
@@ -309,12 +311,13 @@ def record_case(c, plan):
             logits = model(tokens)
             if plan.get("loss_parallel"):
                 with loss_parallel():
-                    F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1)).backward()
+                    scaling.backward(F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1)), scaler)
             else:
-                F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1)).backward()
+                scaling.backward(F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1)), scaler)
             if sync:
+                scaling.unscale(scaler, optimizer)
                 clipping.clip(model, plan)
-                optimizer.step()
+                scaling.step(scaler, optimizer)
                 optimizer.zero_grad()
             iterations.append(recorder.records[start:])
     return init, iterations
@@ -324,6 +327,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=60)
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--grad-scaler", action="store_true",
+                        help="every case scales its loss with torch.amp.GradScaler (scaling.py)")
     parser.add_argument("-o", "--output", required=True)
     options = parser.parse_args()
     rng = random.Random(options.seed)
@@ -333,11 +338,15 @@ def main():
         dp = rng.choice([1, 1, 2])
         c = random_config(rng, tp)
         plan = random_plan(rng, c, tp, dp)
-        name = f"tp_sp_{len(cases):02d}"
-        (init, iterations), clip_error = clipping.record(record_case, plan, options.seed, len(cases), c, plan)
+        name = f"tp_sp{'_scaled' if options.grad_scaler else ''}_{len(cases):02d}"
+        index = len(cases)
+        ((init, iterations), clip_error), scaler_error = scaling.record(
+            lambda: clipping.record(record_case, plan, options.seed, index, c, plan), plan, options.grad_scaler)
         case = {"name": name, "model": model_document(c), "plan": plan}
         if clip_error:
             case["clip_error"] = clip_error
+        if scaler_error:
+            case["grad_scaler_error"] = scaler_error
         if init:
             case["init"] = init
         case["iterations"] = iterations
@@ -345,7 +354,8 @@ def main():
         print(f"{name}: mesh {plan['mesh']['shape']}, {c['layers']} layers, {sum(len(i) for i in iterations)} collectives",
               file=sys.stderr)
     out = {"recorded_with": f"PyTorch {torch.__version__}, fake process group, CPU tensors",
-           "generator": "tools/golden/record_tp.py", "family": "tp_sp", "seed": options.seed, "cases": cases}
+           "generator": "tools/golden/record_tp.py" + (" --grad-scaler" if options.grad_scaler else ""),
+           "family": "tp_sp", "seed": options.seed, "cases": cases}
     with open(options.output, "w") as f:
         f.write(compact_json(out))
 

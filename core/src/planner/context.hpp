@@ -40,6 +40,9 @@ struct ParamState {
   // along a non-feature dim gets a Partial gradient on these mesh dims; autograd leaves it so, and
   // FSDP2's post-backward or the optimizer's first op all-reduces it.
   std::vector<int> partial_grad_dims;
+  // RowwiseParallel's Embedding: its weight is Shard(0), but embedding_dense_backward's sharding
+  // gives it a Replicate gradient (recorded with 2.15).
+  bool replicated_grad = false;
 };
 
 // A tensor of the forward: local shape [batch, (seq,) features] on the planned rank. `id` names

@@ -313,6 +313,10 @@ void FullyShard2::post_forward(int module, Mode mode) {
   }
   // The root's post-forward drops the last forward gather's output.
   if (groups_[g].root) builder_.release(std::exchange(forward_gather_output_, ProgramBuilder::kNoTensor));
+  // A fully_shard module whose parameters all belong to its children has no FSDPParamGroup: it
+  // neither enters the post-forward order (so backward prefetch skips it, from the group after it
+  // to the one before) nor runs a pre-backward of its own.
+  if (groups_[g].params.empty()) return;
   std::vector<int>& order = post_forward_order_[groups_[g].root_group];
   order.push_back(g);
   const int index = static_cast<int>(order.size()) - 1;

@@ -173,6 +173,7 @@ void TensorParallel::apply_style(int m, const TPModuleSpec& spec, const std::vec
       continue;
     }
     state.placement = Placement::shard(shard_dim);
+    state.replicated_grad = module.leaf != LeafKind::linear && spec.style == TPStyle::rowwise;
     const std::int64_t extent = param.shape[shard_dim];
     if (extent % tp != 0)
       builder_.result.warnings.push_back(fmt::format(

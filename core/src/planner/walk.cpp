@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -715,6 +716,7 @@ void Walk::optimizer_step() {
   // gradient's other reductions (DDP's bucket all-reduce of the same tensor). clip_grad_norm_'s
   // _foreach_norm redistributes them too, into temporaries: the step all-reduces them again
   // (recorded with 2.15).
+  if (context_.plan.optimizer.grad_scaler) unscale_grads();
   const std::vector<int> reduced = builder_.iteration_grad_ops;
   const auto reduce_partial_grads = [&]() {
     for (std::size_t p = 0; p < context_.params.size(); ++p) {
@@ -869,6 +871,102 @@ void Walk::clip_grad_norm() {
   }
   builder_.compute("clip_grad_norm.scale", 0, Phase::optimizer, "optimizer", static_cast<double>(elements), 2 * bytes,
                    {last}, OpRole::clip_grad_norm);
+}
+
+// The mesh dims of more than one rank on which DTensor parameter p's gradient is not Replicate, in
+// mesh order: FSDP2's shard dims, a tensor-parallel Shard (but a RowwiseParallel embedding's
+// gradient is Replicate), and outside FSDP2 a SequenceParallel norm's Partial (FSDP2's
+// post-backward reduces it).
+std::vector<int> Walk::non_replicate_grad_dims(int p) const {
+  const ParamState& state = context_.params[p];
+  std::vector<bool> not_replicate(context_.mesh.shape().size(), false);
+  if (state.dtensor && state.placement.is_shard() && (state.fsdp2_group >= 0 || !state.replicated_grad))
+    for (int d : state.tp_dims) not_replicate[d] = true;
+  if (state.fsdp2_group >= 0)
+    for (int d : fsdp2_.shard_dims(state.fsdp2_group)) not_replicate[d] = true;
+  else
+    for (int d : state.partial_grad_dims) not_replicate[d] = true;
+  std::vector<int> dims;
+  for (std::size_t d = 0; d < not_replicate.size(); ++d)
+    if (not_replicate[d] && context_.mesh.shape()[d] > 1) dims.push_back(static_cast<int>(d));
+  return dims;
+}
+
+// GradScaler.unscale_(optimizer), as a float16 training loop calls it before clipping and the
+// step (recorded with 2.15). It groups the gradients by dtype in optimizer (parameter) order and
+// runs _amp_foreach_non_finite_check_and_unscale_ once per group: a read and a write of every
+// gradient. On DTensor gradients DTensor's handler for that op reduces found_inf (one float32) by
+// max, one all-reduce per mesh dim on which the group's first gradient is not Replicate (Shard,
+// or a SequenceParallel norm's Partial), in mesh order. torch.amp.GradScaler refuses float16
+// gradients; FSDP1's ShardedGradScaler takes them and then all-reduces found_inf over the world.
+// scaler.step's found_inf.item() (a host sync) and scaler.update's one-element kernel are not
+// modelled.
+void Walk::unscale_grads() {
+  const Model& model = context_.model;
+  const bool sharded_scaler = std::any_of(context_.params.begin(), context_.params.end(),
+                                          [](const ParamState& state) { return state.fsdp_unit >= 0; });
+  const std::string where = sharded_scaler ? "optimizer.grad_scaler: ShardedGradScaler.unscale_"
+                                           : "optimizer.grad_scaler: GradScaler.unscale_";
+  struct Group {
+    DType dtype;
+    std::vector<int> first_dims;  // mesh dims the group's first gradient is not Replicate on
+    bool first_seen = false, dtensor = false, plain = false;
+  };
+  std::vector<Group> groups;
+  std::int64_t elements = 0, bytes = 0;
+  for (std::size_t i = 0; i < model.params.size(); ++i) {
+    const int p = static_cast<int>(i);
+    const ParamState& state = context_.params[p];
+    if (!model.params[p].requires_grad || !context_.used_in_forward[p]) continue;
+    const DType dtype = model.params[p].dtype;
+    if (dtype == DType::float16 && !sharded_scaler)
+      throw PlanError(fmt::format("{}: Attempting to unscale FP16 gradients.", where));
+    const bool dtensor = state.fsdp2_group >= 0 || state.dtensor;
+    const std::int64_t numel = state.fsdp2_group >= 0 ? fsdp2_.shard_numel(p) : state.local_numel;
+    elements += numel;
+    bytes += numel * dtype_size(dtype);
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.dtype == dtype; });
+    if (group == groups.end()) group = groups.insert(groups.end(), Group{dtype, {}});
+    // DTensor's dispatch takes a plain tensor of one element for a replicated scalar.
+    if (dtensor) group->dtensor = true;
+    else if (numel != 1) group->plain = true;
+    if (group->first_seen) continue;
+    group->first_seen = true;
+    if (dtensor) group->first_dims = non_replicate_grad_dims(p);
+  }
+  if (groups.empty()) return;
+  for (const Group& group : groups)
+    if (group.dtensor && group.plain)
+      throw PlanError(fmt::format(
+          "{}: aten._amp_foreach_non_finite_check_and_unscale_.default: got mixed torch.Tensor and DTensor, need "
+          "to convert all torch.Tensor to DTensor before calling distributed operators! Please see "
+          "https://docs.pytorch.org/docs/main/distributed.tensor.html#mixed-tensor-and-dtensor-operations for more "
+          "details.",
+          where));
+  int last = builder_.compute("grad_scaler.unscale", 0, Phase::optimizer, "optimizer", static_cast<double>(elements),
+                              2 * bytes, builder_.iteration_grad_ops, OpRole::grad_scaler);
+  const auto reduce_found_inf = [&](const char* key, std::vector<int> dims, const char* reason) {
+    last = builder_.collective({.kind = CollectiveKind::all_reduce,
+                                .key = key,
+                                .dims = std::move(dims),
+                                .bytes = dtype_size(DType::float32),
+                                .dtype = DType::float32,
+                                .stream = "grad_scaler",
+                                .phase = Phase::optimizer,
+                                .module = 0,
+                                .reason = reason,
+                                .deps = {last},
+                                .role = OpRole::grad_scaler});
+  };
+  for (const Group& group : groups)
+    for (int d : group.first_dims)
+      reduce_found_inf("c10d_functional.all_reduce", {d}, "GradScaler.unscale_: found_inf of DTensor gradients (max)");
+  if (sharded_scaler && context_.mesh.world_size() > 1) {
+    std::vector<int> world(context_.mesh.shape().size());
+    std::iota(world.begin(), world.end(), 0);
+    reduce_found_inf("c10d.allreduce_", world, "ShardedGradScaler.unscale_: found_inf over the world");
+  }
+  builder_.iteration_grad_ops.push_back(last);
 }
 
 void Walk::run_iteration() {

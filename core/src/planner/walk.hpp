@@ -68,6 +68,8 @@ class Walk {
   bool sharded(int p) const { return context_.params[p].fsdp_unit >= 0 || context_.params[p].fsdp2_group >= 0; }
   void optimizer_step();
   void clip_grad_norm();
+  void unscale_grads();
+  std::vector<int> non_replicate_grad_dims(int p) const;
   void report_params();
 
   PlanContext context_;

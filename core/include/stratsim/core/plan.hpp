@@ -190,6 +190,12 @@ struct OptimizerConfig {
   // step, as torchtitan does (training.max_norm): the per-gradient norms, their all-reduce over
   // the mesh dims DTensor gradients are sharded on, and the scaling of every gradient.
   double max_norm = 0;
+  // Loss scaling for float16 training: torch.amp.GradScaler, or FSDP1's ShardedGradScaler when
+  // the plan uses FSDP1, driven as `scaler.scale(loss).backward(); scaler.unscale_(optimizer);
+  // [clip_grad_norm_]; scaler.step(optimizer); scaler.update()`. Its unscale reads and writes every
+  // gradient and reduces found_inf: over the mesh dims DTensor gradients are not replicated on, and
+  // over the world under FSDP1.
+  bool grad_scaler = false;
 };
 
 struct Plan {

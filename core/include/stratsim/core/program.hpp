@@ -71,6 +71,9 @@ enum class OpRole {
   // clip_grad_norm_ before the step: the per-gradient norms (compute), their all-reduce over a mesh
   // dim the DTensor gradients are sharded on (collective), the scaling of every gradient (compute).
   clip_grad_norm,
+  // GradScaler's unscale_ before the step: the unscale and inf check of every gradient (compute),
+  // the reduction of found_inf (collective).
+  grad_scaler,
 };
 std::string_view op_role_name(OpRole role);
 
