@@ -234,13 +234,18 @@ void JsonReader::expect_array() const {
 }
 
 void JsonReader::allow_only(std::initializer_list<const char*> allowed) const {
+  const std::vector<std::string_view> names(allowed.begin(), allowed.end());
+  allow_only(std::span<const std::string_view>(names));
+}
+
+void JsonReader::allow_only(std::span<const std::string_view> allowed) const {
   expect_object();
   for (const auto& item : value_->items()) {
     bool known = false;
-    for (const char* name : allowed) known = known || item.key() == name;
+    for (std::string_view name : allowed) known = known || item.key() == name;
     if (!known) {
       std::string names;
-      for (const char* name : allowed) names += (names.empty() ? "" : ", ") + std::string(name);
+      for (std::string_view name : allowed) names += (names.empty() ? "" : ", ") + std::string(name);
       std::string child = path_.empty() ? item.key() : path_ + "." + item.key();
       throw InputError(fmt::format("{}: {}: unknown field (expected one of: {})", file_, child, names));
     }

@@ -424,6 +424,9 @@ std::string platform_yaml(const Calibration& c) {
   for (const auto& [kind, k] : c.network.half_kinds)
     for (const char* dtype : {"float16", "bfloat16"})
       entry(fmt::format("{}/{}", core::collective_kind_name(kind), dtype), k);
+  // The executor's kernels run every class at the measured rates: each at 1 of the peak above.
+  std::string op_classes;
+  for (std::string_view name : core::kOpClasses) op_classes += fmt::format("      {}: {{flops: 1, memory: 1}}\n", name);
   std::string measured;
   for (const CollectiveSample& s : c.sweep.samples)
     measured +=
@@ -462,18 +465,7 @@ cost_model:
     kernel_floor_us: 0
     # Rates relative to the peak above (gflops): the executor's kernels, measured.
     op_classes:
-      gemm: {{flops: 1, memory: 1}}
-      attention: {{flops: 1, memory: 1}}
-      elementwise: {{flops: 1, memory: 1}}
-      norm: {{flops: 1, memory: 1}}
-      embedding: {{flops: 1, memory: 1}}
-      optimizer: {{flops: 1, memory: 1}}
-      multi_tensor_copy: {{flops: 1, memory: 1}}
-      cast: {{flops: 1, memory: 1}}
-      strided_copy: {{flops: 1, memory: 1}}
-      attention_scores: {{flops: 1, memory: 1}}
-      other: {{flops: 1, memory: 1}}
-    gemm:
+{op_classes}    gemm:
       float32:
         m: [{axis}]
         n: [{axis}]
@@ -500,7 +492,7 @@ cost_model:
       fmt::arg("shared_procs", c.procs.front()), fmt::arg("shared_dram", c.sweep.shared_memory_bytes_per_second / 1e9),
       fmt::arg("gbps", 1e-9 / fastest), fmt::arg("per_kind", per_kind), fmt::arg("n_axis", host.axis.size()),
       fmt::arg("procs_list", fmt::join(c.procs, " and ")), fmt::arg("axis", axis), fmt::arg("efficiency", efficiency),
-      fmt::arg("busy", busy), fmt::arg("interference_procs", c.procs.front()),
+      fmt::arg("busy", busy), fmt::arg("op_classes", op_classes), fmt::arg("interference_procs", c.procs.front()),
       fmt::arg("compute_slowdown", c.sweep.compute_slowdown), fmt::arg("compute_beside", c.sweep.compute_ops_beside),
       fmt::arg("comm_beside", c.sweep.comm_ops_beside), fmt::arg("comm_slowdown", c.sweep.communication_slowdown));
 }

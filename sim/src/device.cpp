@@ -269,8 +269,7 @@ void ComputeModel::apply(const core::JsonReader& root) {
     const core::JsonReader classes = root.at("op_classes");
     classes.expect_object();
     // Only the classes the planner emits: a misspelt class would otherwise be silently unused.
-    classes.allow_only({"gemm", "attention", "elementwise", "norm", "embedding", "optimizer", "multi_tensor_copy",
-                        "cast", "strided_copy", "attention_scores", "other"});
+    classes.allow_only(core::kOpClasses);
     for (const std::string& name : classes.keys()) {
       const core::JsonReader entry = classes.at(name);
       entry.expect_object();

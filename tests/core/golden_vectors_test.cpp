@@ -77,13 +77,17 @@ class ClipRefusalGolden : public testing::TestWithParam<GoldenCase> {};
 
 namespace {
 
-std::vector<GoldenCase> refused_clips() {
-  std::vector<GoldenCase> refused;
-  for (const char* file : {"fsdp2.json", "fsdp2_tp.json", "tp_sp.json"})
+// The cases of `files` that hold `key` (PyTorch's words where it refused).
+template <typename Files>
+std::vector<GoldenCase> cases_with(const char* key, const Files& files) {
+  std::vector<GoldenCase> out;
+  for (const char* file : files)
     for (GoldenCase& c : load_cases(file))
-      if (c.doc.contains("clip_error")) refused.push_back(std::move(c));
-  return refused;
+      if (c.doc.contains(key)) out.push_back(std::move(c));
+  return out;
 }
+
+constexpr const char* kClippedFiles[] = {"fsdp2.json", "fsdp2_tp.json", "tp_sp.json"};
 
 }  // namespace
 
@@ -107,7 +111,7 @@ INSTANTIATE_TEST_SUITE_P(RecordedFsdp1, Fsdp2Golden, testing::ValuesIn(load_case
                          [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(RecordedWithSequenceParallel, Fsdp2Golden, testing::ValuesIn(load_cases("tp_sp.json")),
                          [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(Recorded, ClipRefusalGolden, testing::ValuesIn(refused_clips()),
+INSTANTIATE_TEST_SUITE_P(Recorded, ClipRefusalGolden, testing::ValuesIn(cases_with("clip_error", kClippedFiles)),
                          [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
 
 // The same generators with loss scaling (record_*.py --grad-scaler, tools/golden/scaling.py): every
@@ -130,16 +134,6 @@ INSTANTIATE_TEST_SUITE_P(RecordedFsdp1WithShardedGradScaler, Fsdp2Golden,
 // the plan with grad_scaler in PyTorch's words.
 class ScalerRefusalGolden : public testing::TestWithParam<GoldenCase> {};
 
-namespace {
-std::vector<GoldenCase> refused_scalers() {
-  std::vector<GoldenCase> refused;
-  for (const char* file : kScaledFiles)
-    for (GoldenCase& c : load_cases(file))
-      if (c.doc.contains("grad_scaler_error")) refused.push_back(std::move(c));
-  return refused;
-}
-}  // namespace
-
 TEST_P(ScalerRefusalGolden, FailsWherePyTorchFailed) {
   const nlohmann::json& c = GetParam().doc;
   nlohmann::json plan_doc = c.at("plan");
@@ -150,7 +144,8 @@ TEST_P(ScalerRefusalGolden, FailsWherePyTorchFailed) {
             "optimizer.grad_scaler: GradScaler.unscale_: " + c.at("grad_scaler_error").get<std::string>());
 }
 
-INSTANTIATE_TEST_SUITE_P(Recorded, ScalerRefusalGolden, testing::ValuesIn(refused_scalers()),
+INSTANTIATE_TEST_SUITE_P(Recorded, ScalerRefusalGolden,
+                         testing::ValuesIn(cases_with("grad_scaler_error", kScaledFiles)),
                          [](const testing::TestParamInfo<GoldenCase>& info) { return info.param.name; });
 
 // The loss-scaling recordings scale most cases and reduce found_inf: by max over DTensor gradients'
@@ -210,7 +205,7 @@ TEST(Fsdp2GoldenFile, CoversTheOptionsFromACurrentPyTorch) {
 TEST(Fsdp2GoldenFile, ClippingCasesAndPyTorchsRefusals) {
   int clipped = 0, refused = 0;
   std::set<std::string> reasons;
-  for (const char* file : {"fsdp2.json", "fsdp2_tp.json", "tp_sp.json"}) {
+  for (const char* file : kClippedFiles) {
     std::ifstream in(std::string(STRATSIM_TEST_DATA) + "/golden/" + file);
     const nlohmann::json doc = nlohmann::json::parse(in);
     for (const nlohmann::json& c : doc.at("cases")) {

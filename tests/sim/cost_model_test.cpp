@@ -778,5 +778,25 @@ TEST(Interference, CommunicationBesideComputeIsSlower) {
   EXPECT_NEAR(result.timings[0][after].end - result.timings[0][after].start, alone, 1e-9);
 }
 
+// Every class of compute the planner emits has a default, and a cost-model file may name exactly
+// those (core::kOpClasses is the one list).
+TEST(ComputeModel, DefaultsNameEveryOpClassThePlannerEmits) {
+  const sim::ComputeModel defaults = sim::ComputeModel::defaults();
+  std::vector<std::string> named;
+  for (const auto& [name, efficiency] : defaults.efficiencies()) named.push_back(name);
+  std::vector<std::string> emitted(core::kOpClasses.begin(), core::kOpClasses.end());
+  std::sort(emitted.begin(), emitted.end());
+  EXPECT_EQ(named, emitted);
+  // A file may name each of them, and nothing else.
+  sim::ComputeModel model = sim::ComputeModel::defaults();
+  nlohmann::json classes = nlohmann::json::object();
+  for (std::string_view name : core::kOpClasses) classes[std::string(name)] = {{"memory", 0.5}};
+  model.apply(core::JsonReader(nlohmann::json{{"op_classes", classes}}, "model.yaml"));
+  EXPECT_EQ(model.efficiency("attention_scores").memory, 0.5);
+  EXPECT_THROW(
+      model.apply(core::JsonReader(nlohmann::json{{"op_classes", {{"softmax", {{"memory", 0.5}}}}}}, "model.yaml")),
+      core::InputError);
+}
+
 }  // namespace
 }  // namespace stratsim::test

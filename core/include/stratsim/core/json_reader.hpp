@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -40,6 +42,7 @@ class JsonReader {
   void expect_array() const;
   // Rejects members outside `allowed` so typos are caught, not silently ignored.
   void allow_only(std::initializer_list<const char*> allowed) const;
+  void allow_only(std::span<const std::string_view> allowed) const;
   std::vector<std::string> keys() const;  // object keys, sorted (nlohmann::json does not keep document order)
 
   std::string as_string() const;

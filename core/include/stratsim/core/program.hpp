@@ -8,9 +8,11 @@
 // mesh (Program::group_ranks), so a 16,384-rank plan stores one program, not 16,384.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -77,6 +79,13 @@ enum class OpRole {
 };
 std::string_view op_role_name(OpRole role);
 
+// The classes of compute the planner gives its ops (ProgramOp::op_class), which a cost model prices
+// one by one: every list of them (a device's defaults, what a cost-model file may name, what
+// `stratsim calibrate` writes) is this one. "other" is anything unclassified.
+inline constexpr std::array<std::string_view, 11> kOpClasses = {
+    "gemm", "attention",    "elementwise",      "norm", "embedding", "optimizer", "multi_tensor_copy",
+    "cast", "strided_copy", "attention_scores", "other"};
+
 struct GemmShape {
   std::int64_t m = 0, n = 0, k = 0;
   double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
@@ -94,8 +103,7 @@ struct ProgramOp {
   std::vector<int> deps;  // ids of ops on other streams that must finish first
 
   // compute
-  std::string op_class;  // gemm, elementwise, norm, embedding, attention, optimizer, multi_tensor_copy, cast,
-                         // strided_copy, attention_scores
+  std::string op_class;  // one of kOpClasses
   double flops = 0;
   std::int64_t bytes_accessed = 0;
   // The matrix multiplies a gemm op runs, as cuBLAS sees them: C[m,n] = A[m,k] B[k,n]. A linear
