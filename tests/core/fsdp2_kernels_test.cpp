@@ -315,6 +315,14 @@ TEST(GradScaler, FoundInfFollowsTheFirstGradientsPlacementsAndTheScaler) {
             std::vector<std::string>{"c10d.allreduce_ world"});
 }
 
+// FSDP1's gradients are its flat parameter's shard: 220 elements of the two Linears over 4 ranks.
+TEST(GradScaler, UnscalesFsdp1sFlatShard) {
+  const PlanResult r = run_plan(seq_model(), R"({"world_size":4,"iterations":1,"optimizer":{"grad_scaler":true},
+      "steps":[{"fully_shard":{"module":""}}]})");
+  EXPECT_EQ(named(r, "grad_scaler.unscale", 1).bytes_accessed, 2 * 55 * 4);
+  EXPECT_EQ(iteration(r, 1).collectives.back().op, "c10d.allreduce_");
+}
+
 TEST(GradScaler, FailsWherePyTorchFails) {
   // torch.amp.GradScaler takes no float16 gradients (FSDP1's ShardedGradScaler does).
   const Model half = model_from_json(nlohmann::json::parse(R"({"name": "M", "modules": [

@@ -914,6 +914,12 @@ void Walk::unscale_grads() {
   };
   std::vector<Group> groups;
   std::int64_t elements = 0, bytes = 0;
+  // FSDP1's flat parameters hold their units' gradients: plain tensors, one shard per unit (their
+  // dtype groups are not modelled; they are plain, so they only count as plain ones).
+  for (const FullyShard::Shard& shard : fsdp_.resident_shards()) {
+    elements += shard.numel;
+    bytes += shard.numel * dtype_size(shard.dtype);
+  }
   for (std::size_t i = 0; i < model.params.size(); ++i) {
     const int p = static_cast<int>(i);
     const ParamState& state = context_.params[p];
@@ -921,6 +927,7 @@ void Walk::unscale_grads() {
     const DType dtype = model.params[p].dtype;
     if (dtype == DType::float16 && !sharded_scaler)
       throw PlanError(fmt::format("{}: Attempting to unscale FP16 gradients.", where));
+    if (state.fsdp_unit >= 0) continue;
     const bool dtensor = state.fsdp2_group >= 0 || state.dtensor;
     const std::int64_t numel = state.fsdp2_group >= 0 ? fsdp2_.shard_numel(p) : state.local_numel;
     elements += numel;
@@ -934,7 +941,7 @@ void Walk::unscale_grads() {
     group->first_seen = true;
     if (dtensor) group->first_dims = non_replicate_grad_dims(p);
   }
-  if (groups.empty()) return;
+  if (groups.empty() && !sharded_scaler) return;
   for (const Group& group : groups)
     if (group.dtensor && group.plain)
       throw PlanError(fmt::format(
