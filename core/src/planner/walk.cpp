@@ -802,10 +802,7 @@ void Walk::clip_grad_norm() {
                       "which stratsim does not model yet (FSDP2, DDP and tensor parallel plans clip "
                       "with torch.nn.utils.clip_grad_norm_)",
                       where));
-    Grad grad{model.params[p].dtype,
-              state.fsdp2_group >= 0 || state.dtensor,
-              state.fsdp2_group >= 0 ? fsdp2_.shard_numel(p) : state.local_numel,
-              {}};
+    Grad grad{model.params[p].dtype, grad_is_dtensor(p), local_grad_numel(p), {}};
     elements += grad.numel;
     bytes += grad.numel * dtype_size(grad.dtype);
     if (state.dtensor) {
@@ -873,6 +870,15 @@ void Walk::clip_grad_norm() {
                    {last}, OpRole::clip_grad_norm);
 }
 
+// Outside FSDP1, the gradient a parameter holds at the step: a DTensor under FSDP2 or tensor
+// parallelism, of FSDP2's shard or the tensor-parallel local shape.
+bool Walk::grad_is_dtensor(int p) const { return context_.params[p].fsdp2_group >= 0 || context_.params[p].dtensor; }
+
+std::int64_t Walk::local_grad_numel(int p) const {
+  const ParamState& state = context_.params[p];
+  return state.fsdp2_group >= 0 ? fsdp2_.shard_numel(p) : state.local_numel;
+}
+
 // The mesh dims of more than one rank on which DTensor parameter p's gradient is not Replicate, in
 // mesh order: FSDP2's shard dims, a tensor-parallel Shard (but a RowwiseParallel embedding's
 // gradient is Replicate), and outside FSDP2 a SequenceParallel norm's Partial (FSDP2's
@@ -914,8 +920,9 @@ void Walk::unscale_grads() {
   };
   std::vector<Group> groups;
   std::int64_t elements = 0, bytes = 0;
-  // FSDP1's flat parameters hold their units' gradients: plain tensors, one shard per unit (their
-  // dtype groups are not modelled; they are plain, so they only count as plain ones).
+  // FSDP1's flat parameters hold their units' gradients: plain tensors, one shard per unit. They are
+  // left out of the dtype groups (so a plan mixing them with DTensor gradients of their dtype is not
+  // refused as PyTorch would).
   for (const FullyShard::Shard& shard : fsdp_.resident_shards()) {
     elements += shard.numel;
     bytes += shard.numel * dtype_size(shard.dtype);
@@ -928,8 +935,8 @@ void Walk::unscale_grads() {
     if (dtype == DType::float16 && !sharded_scaler)
       throw PlanError(fmt::format("{}: Attempting to unscale FP16 gradients.", where));
     if (state.fsdp_unit >= 0) continue;
-    const bool dtensor = state.fsdp2_group >= 0 || state.dtensor;
-    const std::int64_t numel = state.fsdp2_group >= 0 ? fsdp2_.shard_numel(p) : state.local_numel;
+    const bool dtensor = grad_is_dtensor(p);
+    const std::int64_t numel = local_grad_numel(p);
     elements += numel;
     bytes += numel * dtype_size(dtype);
     auto group = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.dtype == dtype; });

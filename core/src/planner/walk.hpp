@@ -70,6 +70,8 @@ class Walk {
   void clip_grad_norm();
   void unscale_grads();
   std::vector<int> non_replicate_grad_dims(int p) const;
+  bool grad_is_dtensor(int p) const;
+  std::int64_t local_grad_numel(int p) const;
   void report_params();
 
   PlanContext context_;
